@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs what building and testing echomq needs, and only what is missing:
+# Valkey 8 (valkey-server, valkey-cli, valkey-benchmark) and libclang for bindgen.
+# Optional: Redis 7 (compatibility tests) with ECHOMQ_WITH_REDIS=1.
+# On Debian 12 Valkey comes from bookworm-backports; on newer Debian/Ubuntu from the main suite.
+set -euo pipefail
+
+need=()
+command -v valkey-server >/dev/null 2>&1 || need+=(valkey-server)
+command -v valkey-cli >/dev/null 2>&1 || need+=(valkey-tools)
+command -v valkey-benchmark >/dev/null 2>&1 || need+=(valkey-tools)
+# bindgen loads libclang at build time and needs clang's own headers (stddef.h).
+if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
+   || ! ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1; then
+  need+=(libclang-dev)
+fi
+if [ "${ECHOMQ_WITH_REDIS:-0}" = 1 ] && ! command -v redis-server >/dev/null 2>&1; then
+  need+=(redis-server)
+fi
+[ ${#need[@]} -eq 0 ] && exit 0
+# de-duplicate
+mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
+
+explain() {
+  echo "echomq needs: ${need[*]}" >&2
+  echo "  Debian 12:  add 'deb http://deb.debian.org/debian bookworm-backports main' to apt sources, then" >&2
+  echo "              apt-get install -t bookworm-backports valkey-server valkey-tools; apt-get install libclang-dev" >&2
+  echo "  Debian 13 / Ubuntu 24.04+: apt-get install valkey-server valkey-tools libclang-dev" >&2
+  echo "  elsewhere:  Valkey 8 from https://valkey.io/download and libclang (LLVM) for bindgen" >&2
+  exit 1
+}
+
+[ "$(id -u)" = 0 ] || { echo "not root: cannot install." >&2; explain; }
+command -v apt-get >/dev/null 2>&1 || { echo "no apt-get: cannot install." >&2; explain; }
+
+. /etc/os-release
+export DEBIAN_FRONTEND=noninteractive
+apt_opts=(-y -q -o Dpkg::Use-Pty=0)
+backports=()
+if [ "${ID:-}" = debian ] && [ "${VERSION_CODENAME:-}" = bookworm ]; then
+  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    # Use the mirror the machine already uses for Debian itself.
+    mirror=$(grep -rhoE '(https?://[^ ]+/debian)/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
+             | grep -v security | head -n 1 | tr -d ' ' || true)
+    mirror=${mirror%/}
+    [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+    echo "deb $mirror bookworm-backports main" > /etc/apt/sources.list.d/echomq-bookworm-backports.list
+  fi
+  backports=(-t bookworm-backports)
+fi
+apt-get update -q
+valkey_pkgs=() other_pkgs=()
+for p in "${need[@]}"; do
+  case $p in valkey-*) valkey_pkgs+=("$p");; *) other_pkgs+=("$p");; esac
+done
+[ ${#valkey_pkgs[@]} -eq 0 ] || apt-get install "${apt_opts[@]}" "${backports[@]}" "${valkey_pkgs[@]}"
+[ ${#other_pkgs[@]} -eq 0 ] || apt-get install "${apt_opts[@]}" "${other_pkgs[@]}"
+# The packaged service cannot start without systemd (containers); nothing here relies on it.
+command -v valkey-server >/dev/null 2>&1 || explain

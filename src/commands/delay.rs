@@ -1,0 +1,31 @@
+//! `ECHO.DELAY policy attempts`
+//!
+//! Computes one delay exactly as ECHO.RETRY would (a fresh draw for a jittered
+//! policy) and writes nothing.
+//!
+//! Reply: integer, the delay in ms.
+//! Errors: as ECHO.RETRY's policy and attempts errors.
+//! Replication: none; the command is read-only and has no keys.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use crate::{parse, stats};
+
+pub fn echo_delay(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let _ = ctx;
+    stats::counted(delay(&args))
+}
+
+fn delay(args: &[RedisString]) -> RedisResult {
+    let [_, policy, attempts] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let request = parse::parse_delay_request(policy.as_slice(), attempts.as_slice())?;
+    let delay_ms = request
+        .policy
+        .delay_ms_with_rng(request.attempts, &mut rand::rng());
+    // delay_ms <= 10^13 always fits.
+    Ok(RedisValue::Integer(
+        i64::try_from(delay_ms).unwrap_or(i64::MAX),
+    ))
+}

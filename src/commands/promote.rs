@@ -1,0 +1,62 @@
+//! `ECHO.PROMOTE schedule pending [LIMIT n]`
+//!
+//! Moves the members of the sorted set `schedule` whose score is `<= now_ms`
+//! to the list `pending`, earliest first (ties in the set's own order), at
+//! most `n` (default 1000). Each is pushed at the head in fire-time order, so
+//! the earliest-due job sits at the right end: `RPOP`/`BRPOP` take it first.
+//! An emptied `schedule` is deleted; clients blocked on `pending` wake.
+//!
+//! Reply: integer, the number of members moved.
+//! Errors: `WRONGTYPE` when `schedule` is not a sorted set or `pending` not a
+//! list, checked before anything moves, even when nothing is due; the same
+//! key twice; a malformed LIMIT. Nothing is written on an error.
+//! Replication: the effects, `ZREM schedule m1..mk` and `LPUSH pending m1..mk`
+//! of exactly the members moved (the server wraps the two in MULTI/EXEC).
+
+use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
+
+use crate::keys::{self, Key, Kind};
+use crate::parse::{self, ArgError};
+use crate::{clock, stats};
+
+pub fn echo_promote(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    stats::counted(promote(ctx, &args))
+}
+
+fn promote(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let [_, schedule, pending, options @ ..] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let options: Vec<&[u8]> = options.iter().map(RedisString::as_slice).collect();
+    let limit = parse::parse_promote_limit(&options)?;
+    if schedule.as_slice() == pending.as_slice() {
+        return Err(ArgError::SameKey.into());
+    }
+    let schedule_key = Key::open_write(ctx, schedule);
+    schedule_key.expect(Kind::SortedSet)?;
+    let pending_key = Key::open_write(ctx, pending);
+    pending_key.expect(Kind::List)?;
+
+    // Scores are whole milliseconds and now_ms is far below 2^53: exact.
+    let due = schedule_key.zset_due(ctx, clock::now_ms() as f64, limit);
+    let moved = due.len() as u64;
+    if !due.is_empty() {
+        schedule_key.zset_remove(&due);
+        pending_key.list_push_head(&due);
+
+        keys::signal_modified(ctx, schedule);
+        ctx.notify_keyspace_event(NotifyEvent::ZSET, "zrem", schedule);
+        if schedule_key.kind() == Kind::Missing {
+            ctx.notify_keyspace_event(NotifyEvent::GENERIC, "del", schedule);
+        }
+        keys::signal_modified(ctx, pending);
+        ctx.notify_keyspace_event(NotifyEvent::LIST, "lpush", pending);
+
+        keys::replicate_members(ctx, c"ZREM", schedule, &due);
+        keys::replicate_members(ctx, c"LPUSH", pending, &due);
+    }
+    stats::promoted(moved);
+    Ok(RedisValue::Integer(
+        i64::try_from(moved).unwrap_or(i64::MAX),
+    ))
+}

@@ -1,0 +1,242 @@
+//! The few low-level key operations the commands need, over the server's
+//! key API. Every `unsafe` block of the module that touches keys is here;
+//! each relies only on what the API documents: a key handle stays valid until
+//! closed, and the function pointers are set once at load.
+//!
+//! The low-level API is used instead of calling ZADD/ZREM/LPUSH through
+//! `RedisModule_Call`, which would build an argument vector and a reply per
+//! call. It sends no keyspace notifications and, with the module option
+//! `NO_IMPLICIT_SIGNAL_MODIFIED`, no modified-key signals: the handlers send
+//! exactly those the native commands send, and only when something changed.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+use std::ptr;
+
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
+use redis_module::{Context, RedisError, RedisString};
+
+/// The key types the commands distinguish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Missing,
+    SortedSet,
+    List,
+    Other,
+}
+
+/// An open key, closed when dropped.
+pub struct Key {
+    ptr: *mut RedisModuleKey,
+}
+
+macro_rules! api {
+    ($name:ident) => {
+        // The server fills every pointer the module uses before OnLoad runs
+        // (RedisModule_Init fails otherwise), so None cannot occur here.
+        match raw::$name {
+            Some(f) => f,
+            None => unreachable!(concat!(stringify!($name), " is set at load")),
+        }
+    };
+}
+
+impl Key {
+    /// Opens `name` for reading and writing. Nothing is written, and no key is
+    /// created, until a write is made.
+    pub fn open_write(ctx: &Context, name: &RedisString) -> Key {
+        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
+        // SAFETY: ctx and name are live for this call; OpenKey copies what it keeps.
+        let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.inner, mode) };
+        Key { ptr }
+    }
+
+    /// Opens `name` for reading. A missing key gives a null handle, which the
+    /// methods below treat as empty.
+    pub fn open_read(ctx: &Context, name: &RedisString) -> Key {
+        let mode = raw::REDISMODULE_READ as c_int;
+        // SAFETY: as in open_write.
+        let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.inner, mode) };
+        Key { ptr }
+    }
+
+    pub fn kind(&self) -> Kind {
+        if self.ptr.is_null() {
+            return Kind::Missing;
+        }
+        // SAFETY: a live handle.
+        let kind = unsafe { api!(RedisModule_KeyType)(self.ptr) } as isize;
+        match kind {
+            raw::REDISMODULE_KEYTYPE_EMPTY => Kind::Missing,
+            raw::REDISMODULE_KEYTYPE_ZSET => Kind::SortedSet,
+            raw::REDISMODULE_KEYTYPE_LIST => Kind::List,
+            _ => Kind::Other,
+        }
+    }
+
+    /// Fails with `WRONGTYPE` unless the key is missing or of kind `want`.
+    pub fn expect(&self, want: Kind) -> Result<(), RedisError> {
+        match self.kind() {
+            Kind::Missing => Ok(()),
+            kind if kind == want => Ok(()),
+            _ => Err(RedisError::WrongType),
+        }
+    }
+
+    /// Adds `member` with `score`, or replaces its score. `Ok(false)` when the
+    /// member already had that score: nothing changed.
+    pub fn zset_add(&self, score: f64, member: &RedisString) -> Result<bool, RedisError> {
+        let mut flags: c_int = 0;
+        // SAFETY: a live write handle of a missing key or a sorted set (checked
+        // by the caller); ZsetAdd refuses NaN and wrong types with an error.
+        let status =
+            unsafe { api!(RedisModule_ZsetAdd)(self.ptr, score, member.inner, &mut flags) };
+        if status == raw::REDISMODULE_OK as c_int {
+            Ok(flags & raw::REDISMODULE_ZADD_NOP as c_int == 0)
+        } else {
+            Err(RedisError::Str("ERR could not add to the sorted set"))
+        }
+    }
+
+    /// Copies out the members with score `<= max_score`, lowest first (ties in
+    /// the set's own order), at most `limit` of them.
+    pub fn zset_due(&self, ctx: &Context, max_score: f64, limit: u64) -> Members {
+        let mut members = Members::new(ctx.ctx);
+        if self.kind() != Kind::SortedSet {
+            return members;
+        }
+        // SAFETY: a live handle of a sorted set. The range iterator is stopped
+        // before returning, and members are copied (owned strings), so the
+        // set may be changed afterwards.
+        unsafe {
+            let first = api!(RedisModule_ZsetFirstInScoreRange)(
+                self.ptr,
+                f64::NEG_INFINITY,
+                max_score,
+                0,
+                0,
+            );
+            if first != raw::REDISMODULE_OK as c_int {
+                return members;
+            }
+            let len = api!(RedisModule_ValueLength)(self.ptr) as u64;
+            members
+                .ptrs
+                .reserve(usize::try_from(limit.min(len)).unwrap_or(0));
+            while (members.ptrs.len() as u64) < limit
+                && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0
+            {
+                let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, ptr::null_mut());
+                if member.is_null() {
+                    break;
+                }
+                members.ptrs.push(member);
+                if api!(RedisModule_ZsetRangeNext)(self.ptr) == 0 {
+                    break;
+                }
+            }
+            api!(RedisModule_ZsetRangeStop)(self.ptr);
+        }
+        members
+    }
+
+    /// Removes each of `members`; the server deletes the key once it is empty.
+    pub fn zset_remove(&self, members: &Members) {
+        for &member in &members.ptrs {
+            let mut deleted: c_int = 0;
+            // SAFETY: a live write handle; member is an owned live string.
+            unsafe { api!(RedisModule_ZsetRem)(self.ptr, member, &mut deleted) };
+        }
+    }
+
+    /// Pushes each of `members` at the head, in order, as `LPUSH` does.
+    pub fn list_push_head(&self, members: &Members) {
+        for &member in &members.ptrs {
+            // SAFETY: a live write handle of a missing key or a list (checked
+            // by the caller); ListPush copies the element.
+            unsafe {
+                api!(RedisModule_ListPush)(self.ptr, raw::REDISMODULE_LIST_HEAD as c_int, member)
+            };
+        }
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        // SAFETY: CloseKey accepts null and each handle is closed once.
+        unsafe { api!(RedisModule_CloseKey)(self.ptr) };
+    }
+}
+
+/// Owned copies of sorted-set members, freed when dropped.
+pub struct Members {
+    ctx: *mut RedisModuleCtx,
+    ptrs: Vec<*mut RedisModuleString>,
+}
+
+impl Members {
+    fn new(ctx: *mut RedisModuleCtx) -> Members {
+        Members {
+            ctx,
+            ptrs: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ptrs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ptrs.is_empty()
+    }
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for &member in &self.ptrs {
+            // SAFETY: each string was returned to us by the range iterator
+            // and is freed exactly once.
+            unsafe { api!(RedisModule_FreeString)(self.ctx, member) };
+        }
+    }
+}
+
+/// Tells the server a key was written: WATCH on it fails, client-side caching
+/// invalidates. Sent once per written key, as native commands do.
+pub fn signal_modified(ctx: &Context, name: &RedisString) {
+    // SAFETY: live context and key name.
+    unsafe { api!(RedisModule_SignalModifiedKey)(ctx.ctx, name.inner) };
+}
+
+/// Sends `command key arg` to replicas and the AOF, e.g. `ZADD key 123 job`.
+pub fn replicate_zadd(ctx: &Context, key: &RedisString, score: i64, member: &RedisString) {
+    const FMT: &CStr = c"sls";
+    // SAFETY: the format names exactly the three arguments passed, with their
+    // C types (string, long long, string).
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            c"ZADD".as_ptr(),
+            FMT.as_ptr(),
+            key.inner,
+            score as std::os::raw::c_longlong,
+            member.inner,
+        )
+    };
+}
+
+/// Sends `command key member...` to replicas and the AOF (ZREM, LPUSH).
+pub fn replicate_members(ctx: &Context, command: &CStr, key: &RedisString, members: &Members) {
+    // SAFETY: "sv" is a string then a vector given as pointer and count; the
+    // vector's strings are live until `members` drops.
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            command.as_ptr(),
+            c"sv".as_ptr(),
+            key.inner,
+            members.ptrs.as_ptr(),
+            members.ptrs.len(),
+        )
+    };
+}

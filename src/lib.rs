@@ -1,0 +1,42 @@
+//! echomq: jittered retry scheduling and atomic promotion of due jobs,
+//! computed inside Valkey. The command contract is SPEC.md; this file holds
+//! the module declaration and the command table only.
+
+mod clock;
+mod commands;
+mod keys;
+mod parse;
+mod policy;
+mod stats;
+
+use commands::{
+    delay::echo_delay, init, promote::echo_promote, retry::echo_retry, spread::echo_spread,
+};
+use redis_module::redis_module;
+
+// Unit tests run outside a server, where the server's allocator does not
+// exist. A library built with cfg(test) is never loaded into a server.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+redis_module! {
+    name: "echomq",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [],
+    init: init,
+    commands: [
+        // name, handler, flags, first key, last key, key step, ACL categories
+        // (none: a category list makes Redis 7.0 refuse to load the module)
+        ["ECHO.RETRY", echo_retry, "write deny-oom fast", 1, 1, 1, ""],
+        ["ECHO.PROMOTE", echo_promote, "write", 1, 2, 1, ""],
+        ["ECHO.DELAY", echo_delay, "readonly fast", 0, 0, 0, ""],
+        ["ECHO.SPREAD", echo_spread, "readonly", 1, 1, 1, ""],
+    ],
+}

@@ -1,0 +1,473 @@
+//! Turns argument bytes into typed requests. No server types: every rule of
+//! the contract's argument grammar is checked here, before a key is opened,
+//! so a malformed call can never write anything.
+
+use std::fmt;
+
+use crate::policy::{Backoff, Policy, MAX_JITTER_LAYERS, MAX_MS};
+
+/// Promote moves at most this many members when the call names no LIMIT.
+pub const DEFAULT_PROMOTE_LIMIT: u64 = 1000;
+
+/// Upper bound of `ECHO.SPREAD`'s bucket count: one range count each.
+pub const MAX_SPREAD_BUCKETS: u64 = 10_000;
+
+/// A malformed argument. `Display` gives the full error reply, `ERR` code
+/// included, so handlers answer in the server's own form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgError {
+    EmptyPolicy,
+    UnknownPolicy(String),
+    MissingInnerPolicy,
+    MissingField(&'static str),
+    ExtraField(&'static str),
+    NotInteger(&'static str),
+    OutOfRange(&'static str),
+    MaxLessThanBase,
+    TooDeep,
+    Attempts,
+    Limit,
+    Syntax,
+    SameKey,
+    SpreadBound(&'static str),
+    SpreadEmptyRange,
+    Buckets,
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ArgError::*;
+        match self {
+            EmptyPolicy => write!(f, "ERR invalid policy: empty"),
+            UnknownPolicy(name) => write!(
+                f,
+                "ERR invalid policy: unknown policy name '{name}' (expected fixed, exponential or jitter)"
+            ),
+            MissingInnerPolicy => write!(f, "ERR invalid policy: 'jitter' needs an inner policy"),
+            MissingField(form) => write!(f, "ERR invalid policy: missing field, expected {form}"),
+            ExtraField(form) => write!(f, "ERR invalid policy: extra field, expected {form}"),
+            NotInteger(field) => write!(
+                f,
+                "ERR invalid policy: {field} is not a canonical non-negative integer"
+            ),
+            OutOfRange(field) => write!(
+                f,
+                "ERR invalid policy: {field} is out of range (0..={MAX_MS} ms)"
+            ),
+            MaxLessThanBase => write!(f, "ERR invalid policy: max is less than base"),
+            TooDeep => write!(
+                f,
+                "ERR invalid policy: too deeply nested (at most {MAX_JITTER_LAYERS} jitter layers)"
+            ),
+            Attempts => write!(
+                f,
+                "ERR attempts is not an integer or out of range (1..={})",
+                i64::MAX
+            ),
+            Limit => write!(
+                f,
+                "ERR LIMIT is not an integer or out of range (1..={})",
+                i64::MAX
+            ),
+            Syntax => write!(f, "ERR syntax error"),
+            SameKey => write!(f, "ERR schedule and pending must be different keys"),
+            SpreadBound(name) => write!(f, "ERR {name} is not an integer or out of range"),
+            SpreadEmptyRange => write!(f, "ERR end_ms must be greater than start_ms"),
+            Buckets => write!(
+                f,
+                "ERR buckets is not an integer or out of range (1..={MAX_SPREAD_BUCKETS})"
+            ),
+        }
+    }
+}
+
+impl From<ArgError> for redis_module::RedisError {
+    fn from(err: ArgError) -> Self {
+        redis_module::RedisError::String(err.to_string())
+    }
+}
+
+/// A canonical unsigned decimal, as the server reads its own integers: digits
+/// only, no sign, no leading zero except `0` itself. `None` when malformed or
+/// above `max`.
+pub fn canonical_u64(bytes: &[u8], max: u64) -> Option<u64> {
+    let (&first, _) = bytes.split_first()?;
+    if first == b'0' && bytes.len() > 1 {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &b in bytes {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    (value <= max).then_some(value)
+}
+
+/// A canonical signed decimal in the full `i64` range (`-0` is refused, as
+/// the server refuses it).
+pub fn canonical_i64(bytes: &[u8]) -> Option<i64> {
+    match bytes.split_first() {
+        Some((b'-', magnitude)) => {
+            let m = canonical_u64(magnitude, i64::MAX as u64 + 1)?;
+            if m == 0 {
+                return None;
+            }
+            // m is in 1..=2^63, so 0 - m is in i64::MIN..=-1.
+            0i64.checked_sub_unsigned(m)
+        }
+        _ => canonical_u64(bytes, i64::MAX as u64).and_then(|v| i64::try_from(v).ok()),
+    }
+}
+
+fn policy_ms(bytes: &[u8], field: &'static str) -> Result<u64, ArgError> {
+    if canonical_u64(bytes, u64::MAX).is_none() && !is_all_digits_overflowing(bytes) {
+        return Err(ArgError::NotInteger(field));
+    }
+    canonical_u64(bytes, MAX_MS).ok_or(ArgError::OutOfRange(field))
+}
+
+/// A well-formed decimal too large for `u64`: out of range, not malformed.
+fn is_all_digits_overflowing(bytes: &[u8]) -> bool {
+    !bytes.is_empty() && bytes[0] != b'0' && bytes.iter().all(u8::is_ascii_digit)
+}
+
+/// Shows a client's bytes in an error reply without letting them break the
+/// reply: at most 32 bytes, anything but printable ASCII escaped.
+fn quoted(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for &b in bytes.iter().take(32) {
+        if b.is_ascii_graphic() && b != b'\'' || b == b' ' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    if bytes.len() > 32 {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Parses a policy string: `fixed:<ms>`, `exponential:<base>:<max>`, or
+/// `jitter:<policy>` nested at most `MAX_JITTER_LAYERS` deep. Names are
+/// case-insensitive.
+pub fn parse_policy(input: &[u8]) -> Result<Policy, ArgError> {
+    const FIXED: &str = "fixed:<ms>";
+    const EXPONENTIAL: &str = "exponential:<base>:<max>";
+    let mut fields = input.split(|&b| b == b':');
+    let mut jitter_layers = 0u8;
+    loop {
+        let name = match fields.next() {
+            Some(name) if !name.is_empty() => name,
+            _ if jitter_layers > 0 => return Err(ArgError::MissingInnerPolicy),
+            _ => return Err(ArgError::EmptyPolicy),
+        };
+        if name.eq_ignore_ascii_case(b"jitter") {
+            if jitter_layers == MAX_JITTER_LAYERS {
+                return Err(ArgError::TooDeep);
+            }
+            jitter_layers += 1;
+            continue;
+        }
+        let backoff = if name.eq_ignore_ascii_case(b"fixed") {
+            let ms = fields.next().ok_or(ArgError::MissingField(FIXED))?;
+            if fields.next().is_some() {
+                return Err(ArgError::ExtraField(FIXED));
+            }
+            Backoff::Fixed {
+                delay_ms: policy_ms(ms, "ms")?,
+            }
+        } else if name.eq_ignore_ascii_case(b"exponential") {
+            let base = fields.next().ok_or(ArgError::MissingField(EXPONENTIAL))?;
+            let max = fields.next().ok_or(ArgError::MissingField(EXPONENTIAL))?;
+            if fields.next().is_some() {
+                return Err(ArgError::ExtraField(EXPONENTIAL));
+            }
+            let base_ms = policy_ms(base, "base")?;
+            let max_ms = policy_ms(max, "max")?;
+            if max_ms < base_ms {
+                return Err(ArgError::MaxLessThanBase);
+            }
+            Backoff::Exponential { base_ms, max_ms }
+        } else {
+            return Err(ArgError::UnknownPolicy(quoted(name)));
+        };
+        return Ok(Policy {
+            backoff,
+            jitter_layers,
+        });
+    }
+}
+
+/// What ECHO.RETRY and ECHO.DELAY share: a policy and an attempt count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DelayRequest {
+    pub policy: Policy,
+    pub attempts: u64,
+}
+
+pub fn parse_delay_request(policy: &[u8], attempts: &[u8]) -> Result<DelayRequest, ArgError> {
+    let policy = parse_policy(policy)?;
+    let attempts = canonical_u64(attempts, i64::MAX as u64)
+        .filter(|&a| a >= 1)
+        .ok_or(ArgError::Attempts)?;
+    Ok(DelayRequest { policy, attempts })
+}
+
+/// ECHO.PROMOTE's options after the two keys: nothing, or `LIMIT n`.
+pub fn parse_promote_limit(options: &[&[u8]]) -> Result<u64, ArgError> {
+    match options {
+        [] => Ok(DEFAULT_PROMOTE_LIMIT),
+        [keyword, n] if keyword.eq_ignore_ascii_case(b"LIMIT") => canonical_u64(n, i64::MAX as u64)
+            .filter(|&n| n >= 1)
+            .ok_or(ArgError::Limit),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// ECHO.SPREAD's window and bucket count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpreadRequest {
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub buckets: u64,
+}
+
+impl SpreadRequest {
+    /// Bucket `i` covers `[start + floor(i*W/buckets), start + floor((i+1)*W/buckets))`
+    /// with `W = end - start`. i128 holds `W` (up to 2^64) times `buckets`.
+    pub fn bucket_bounds_ms(&self, i: u64) -> (i64, i64) {
+        let width = i128::from(self.end_ms) - i128::from(self.start_ms);
+        let at = |k: u64| {
+            let offset = i128::from(k) * width / i128::from(self.buckets);
+            // start <= start + offset <= end, so it fits an i64; saturate to say so.
+            let edge = i128::from(self.start_ms) + offset;
+            i64::try_from(edge).unwrap_or(if edge < 0 { i64::MIN } else { i64::MAX })
+        };
+        (at(i), at(i + 1))
+    }
+}
+
+pub fn parse_spread_request(
+    start_ms: &[u8],
+    end_ms: &[u8],
+    buckets: &[u8],
+) -> Result<SpreadRequest, ArgError> {
+    let start_ms = canonical_i64(start_ms).ok_or(ArgError::SpreadBound("start_ms"))?;
+    let end_ms = canonical_i64(end_ms).ok_or(ArgError::SpreadBound("end_ms"))?;
+    let buckets = canonical_u64(buckets, MAX_SPREAD_BUCKETS)
+        .filter(|&b| b >= 1)
+        .ok_or(ArgError::Buckets)?;
+    if end_ms <= start_ms {
+        return Err(ArgError::SpreadEmptyRange);
+    }
+    Ok(SpreadRequest {
+        start_ms,
+        end_ms,
+        buckets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixed(delay_ms: u64, jitter_layers: u8) -> Policy {
+        Policy {
+            backoff: Backoff::Fixed { delay_ms },
+            jitter_layers,
+        }
+    }
+    fn exp(base_ms: u64, max_ms: u64, jitter_layers: u8) -> Policy {
+        Policy {
+            backoff: Backoff::Exponential { base_ms, max_ms },
+            jitter_layers,
+        }
+    }
+
+    #[test]
+    fn canonical_integers() {
+        let max = i64::MAX as u64;
+        for (s, want) in [
+            ("0", Some(0)),
+            ("1", Some(1)),
+            ("10", Some(10)),
+            ("9223372036854775807", Some(max)),
+            ("9223372036854775808", None),
+            ("18446744073709551616", None),
+            ("", None),
+            ("00", None),
+            ("007", None),
+            ("+1", None),
+            ("-1", None),
+            (" 1", None),
+            ("1 ", None),
+            ("1.0", None),
+            ("1e3", None),
+            ("0x10", None),
+            ("١", None),
+        ] {
+            assert_eq!(canonical_u64(s.as_bytes(), max), want, "{s:?}");
+        }
+        for (s, want) in [
+            ("0", Some(0)),
+            ("-1", Some(-1)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("-9223372036854775809", None),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-0", None),
+            ("-", None),
+            ("--1", None),
+            ("-01", None),
+        ] {
+            assert_eq!(canonical_i64(s.as_bytes()), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn policy_grammar() {
+        let ok: &[(&str, Policy)] = &[
+            ("fixed:1000", fixed(1000, 0)),
+            ("FIXED:0", fixed(0, 0)),
+            ("fixed:10000000000000", fixed(MAX_MS, 0)),
+            ("exponential:100:10000", exp(100, 10_000, 0)),
+            ("Exponential:5:5", exp(5, 5, 0)),
+            ("exponential:0:0", exp(0, 0, 0)),
+            ("jitter:exponential:100:10000", exp(100, 10_000, 1)),
+            ("JITTER:jitter:fixed:7", fixed(7, 2)),
+            (
+                "jitter:jitter:jitter:jitter:jitter:jitter:jitter:jitter:fixed:1",
+                fixed(1, 8),
+            ),
+        ];
+        for (s, want) in ok {
+            assert_eq!(parse_policy(s.as_bytes()).as_ref(), Ok(want), "{s}");
+        }
+        use ArgError::*;
+        let bad: &[(&str, ArgError)] = &[
+            ("", EmptyPolicy),
+            (":", EmptyPolicy),
+            ("jitter", MissingInnerPolicy),
+            ("jitter:", MissingInnerPolicy),
+            ("nope:1", UnknownPolicy("nope".into())),
+            ("fixed", MissingField("fixed:<ms>")),
+            ("fixed:", NotInteger("ms")),
+            ("fixed:1:2", ExtraField("fixed:<ms>")),
+            ("fixed:-1", NotInteger("ms")),
+            ("fixed:1.5", NotInteger("ms")),
+            ("fixed:1e3", NotInteger("ms")),
+            ("fixed:007", NotInteger("ms")),
+            ("fixed:10000000000001", OutOfRange("ms")),
+            ("fixed:99999999999999999999999", OutOfRange("ms")),
+            ("exponential:100", MissingField("exponential:<base>:<max>")),
+            ("exponential:100:", NotInteger("max")),
+            (
+                "exponential:100:1000:1",
+                ExtraField("exponential:<base>:<max>"),
+            ),
+            ("exponential:100:50", MaxLessThanBase),
+            ("exponential:x:50", NotInteger("base")),
+            (
+                "jitter:jitter:jitter:jitter:jitter:jitter:jitter:jitter:jitter:fixed:1",
+                TooDeep,
+            ),
+            ("jitter:nope", UnknownPolicy("nope".into())),
+            ("fixed :1", UnknownPolicy("fixed ".into())),
+        ];
+        for (s, want) in bad {
+            assert_eq!(parse_policy(s.as_bytes()).as_ref(), Err(want), "{s}");
+        }
+    }
+
+    #[test]
+    fn error_replies_quote_safely() {
+        let long = [b'\n'; 100];
+        let msg = parse_policy(&long).unwrap_err().to_string();
+        assert!(msg.starts_with("ERR invalid policy: unknown policy name '\\x0a"));
+        assert!(msg.len() < 250 && !msg.contains('\n'), "{msg}");
+        for e in [ArgError::Attempts, ArgError::Limit, ArgError::TooDeep] {
+            assert!(e.to_string().starts_with("ERR "));
+        }
+    }
+
+    #[test]
+    fn attempts_and_limit() {
+        assert_eq!(
+            parse_delay_request(b"fixed:1", b"1").map(|r| r.attempts),
+            Ok(1)
+        );
+        assert_eq!(
+            parse_delay_request(b"fixed:1", b"9223372036854775807").map(|r| r.attempts),
+            Ok(i64::MAX as u64)
+        );
+        for a in ["0", "-1", "", "01", "9223372036854775808", "1.0"] {
+            assert_eq!(
+                parse_delay_request(b"fixed:1", a.as_bytes()),
+                Err(ArgError::Attempts),
+                "{a}"
+            );
+        }
+        // the policy is judged first
+        assert_eq!(
+            parse_delay_request(b"x", b"0"),
+            Err(ArgError::UnknownPolicy("x".into()))
+        );
+
+        assert_eq!(parse_promote_limit(&[]), Ok(DEFAULT_PROMOTE_LIMIT));
+        assert_eq!(parse_promote_limit(&[b"limit", b"5"]), Ok(5));
+        assert_eq!(
+            parse_promote_limit(&[b"LIMIT", b"9223372036854775807"]),
+            Ok(i64::MAX as u64)
+        );
+        assert_eq!(parse_promote_limit(&[b"LIMIT", b"0"]), Err(ArgError::Limit));
+        assert_eq!(
+            parse_promote_limit(&[b"LIMIT", b"-1"]),
+            Err(ArgError::Limit)
+        );
+        assert_eq!(parse_promote_limit(&[b"LIMIT"]), Err(ArgError::Syntax));
+        assert_eq!(
+            parse_promote_limit(&[b"COUNT", b"5"]),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_promote_limit(&[b"LIMIT", b"5", b"x"]),
+            Err(ArgError::Syntax)
+        );
+    }
+
+    #[test]
+    fn spread_buckets_split_unevenly_and_cover_the_window() {
+        let r = parse_spread_request(b"0", b"10", b"3").unwrap();
+        let bounds: Vec<_> = (0..3).map(|i| r.bucket_bounds_ms(i)).collect();
+        assert_eq!(bounds, [(0, 3), (3, 6), (6, 10)]);
+        let r = parse_spread_request(b"-9223372036854775808", b"9223372036854775807", b"10000")
+            .unwrap();
+        assert_eq!(r.bucket_bounds_ms(0).0, i64::MIN);
+        assert_eq!(r.bucket_bounds_ms(9999).1, i64::MAX);
+        for i in 0..9999 {
+            assert_eq!(r.bucket_bounds_ms(i).1, r.bucket_bounds_ms(i + 1).0);
+        }
+        assert_eq!(
+            parse_spread_request(b"5", b"5", b"1"),
+            Err(ArgError::SpreadEmptyRange)
+        );
+        assert_eq!(
+            parse_spread_request(b"0", b"5", b"0"),
+            Err(ArgError::Buckets)
+        );
+        assert_eq!(
+            parse_spread_request(b"0", b"5", b"10001"),
+            Err(ArgError::Buckets)
+        );
+        assert_eq!(
+            parse_spread_request(b"x", b"5", b"1"),
+            Err(ArgError::SpreadBound("start_ms"))
+        );
+        assert_eq!(
+            parse_spread_request(b"0", b"5.0", b"1"),
+            Err(ArgError::SpreadBound("end_ms"))
+        );
+    }
+}

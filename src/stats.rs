@@ -1,0 +1,51 @@
+//! Counters for `INFO echomq`, since the module loaded.
+//!
+//! Commands run on the server's main thread; atomics only make the statics
+//! shareable, so relaxed ordering is enough.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use redis_module::raw::{self, RedisModuleInfoCtx};
+use redis_module::RedisResult;
+
+static RETRIES: AtomicU64 = AtomicU64::new(0);
+static RETRIES_JITTERED: AtomicU64 = AtomicU64::new(0);
+static PROMOTE_CALLS: AtomicU64 = AtomicU64::new(0);
+static PROMOTED: AtomicU64 = AtomicU64::new(0);
+static ERRORS: AtomicU64 = AtomicU64::new(0);
+
+pub fn retried(jittered: bool) {
+    RETRIES.fetch_add(1, Relaxed);
+    if jittered {
+        RETRIES_JITTERED.fetch_add(1, Relaxed);
+    }
+}
+
+pub fn promoted(members: u64) {
+    PROMOTE_CALLS.fetch_add(1, Relaxed);
+    PROMOTED.fetch_add(members, Relaxed);
+}
+
+/// Passes a handler's result through, counting the error replies the module
+/// itself makes.
+pub fn counted(result: RedisResult) -> RedisResult {
+    if result.is_err() {
+        ERRORS.fetch_add(1, Relaxed);
+    }
+    result
+}
+
+/// The `INFO` callback: one section named after the module, whose fields the
+/// server prefixes with `echomq_`.
+pub extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: std::os::raw::c_int) {
+    raw::add_info_section(ctx, None);
+    for (name, counter) in [
+        ("retries", &RETRIES),
+        ("retries_jittered", &RETRIES_JITTERED),
+        ("promote_calls", &PROMOTE_CALLS),
+        ("promoted", &PROMOTED),
+        ("errors", &ERRORS),
+    ] {
+        raw::add_info_field_unsigned_long_long(ctx, name, counter.load(Relaxed));
+    }
+}
