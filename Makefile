@@ -1,0 +1,29 @@
+# echomq: `make run` and `make test` are all a fresh machine needs.
+SHELL := /bin/bash
+CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
+MODULE := target/release/libechomq.so
+
+.PHONY: setup build run test lint bench demo clean
+
+# Installs Valkey 8 and libclang when missing (scripts/setup.sh says what to
+# install by hand where it cannot).
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release
+
+# A local Valkey with the module, in the foreground, from valkey.conf.
+run: build
+	valkey-server valkey.conf
+
+# Unit and property tests, then integration tests against real servers.
+test: build
+	$(CARGO) test --release
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,360 @@
+//! Real servers for the integration tests: each test starts its own
+//! `valkey-server` on a free 127.0.0.1 port, in its own directory, and stops
+//! it (by pid) when the handle drops. Nothing is mocked.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+pub use redis::{Connection, Value};
+
+/// The module under test: `ECHOMQ_MODULE`, or the release build.
+pub fn module_path() -> PathBuf {
+    let path = std::env::var_os("ECHOMQ_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libechomq.so")
+        });
+    assert!(
+        path.exists(),
+        "{} is missing: build it first (`make test` does)",
+        path.display()
+    );
+    path
+}
+
+/// The server binary: `ECHOMQ_SERVER`, or `valkey-server`.
+pub fn server_binary() -> String {
+    std::env::var("ECHOMQ_SERVER").unwrap_or_else(|_| "valkey-server".into())
+}
+
+fn free_port() -> u16 {
+    // Bind to port 0 to let the kernel choose, then release it for the server.
+    // Another process may take it in between: `Server::start` retries.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "echomq-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How to start a server.
+#[derive(Clone)]
+pub struct Options {
+    pub binary: String,
+    pub load_module: bool,
+    /// A config file, passed first as the server requires.
+    pub config: Option<PathBuf>,
+    /// The server's working directory (relative paths in a config resolve here).
+    pub cwd: Option<PathBuf>,
+    pub args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            binary: server_binary(),
+            load_module: true,
+            config: None,
+            cwd: None,
+            args: Vec::new(),
+        }
+    }
+}
+
+impl Options {
+    pub fn without_module() -> Self {
+        Options {
+            load_module: false,
+            ..Options::default()
+        }
+    }
+
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        self.args.push(format!("--{name}"));
+        self.args.push(value.to_string());
+        self
+    }
+}
+
+/// A running server, killed and reaped on drop.
+pub struct Server {
+    pub port: u16,
+    child: Option<Child>,
+    pub dir: PathBuf,
+    _own_dir: Option<TempDir>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(Options::default())
+    }
+
+    pub fn start_with(options: Options) -> Server {
+        let dir = TempDir::new("server");
+        let path = dir.0.clone();
+        let mut server = Server::start_in(options, &path);
+        server._own_dir = Some(dir);
+        server
+    }
+
+    /// Starts a server whose working directory (RDB, AOF) is `dir`, which the
+    /// caller keeps, so a later server can start from the same files.
+    pub fn start_in(options: Options, dir: &Path) -> Server {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let log = dir.join(format!("server-{port}.log"));
+            let mut cmd = Command::new(&options.binary);
+            if let Some(config) = &options.config {
+                cmd.arg(config);
+            }
+            if let Some(cwd) = &options.cwd {
+                cmd.current_dir(cwd);
+            }
+            cmd.arg("--port")
+                .arg(port.to_string())
+                .args(["--bind", "127.0.0.1"])
+                .args(["--save", ""])
+                .args(["--appendonly", "no"])
+                .args(["--enable-debug-command", "yes"])
+                .args(["--daemonize", "no"])
+                .arg("--logfile")
+                .arg(&log);
+            // `dir` changes the working directory before modules load, which
+            // would break a config's relative `loadmodule` path.
+            if options.config.is_none() {
+                cmd.arg("--dir").arg(dir);
+            }
+            if options.load_module {
+                cmd.arg("--loadmodule").arg(module_path());
+            }
+            cmd.args(&options.args);
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", options.binary));
+            let mut server = Server {
+                port,
+                child: Some(child),
+                dir: dir.to_path_buf(),
+                _own_dir: None,
+            };
+            if server.wait_ready(Duration::from_secs(20)) {
+                return server;
+            }
+            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+            server.stop();
+        }
+        panic!("server did not start; last log:\n{last_log}");
+    }
+
+    fn wait_ready(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return false;
+                }
+            }
+            if let Ok(mut con) = self.try_conn() {
+                // LOADING replies with an error; ready means PONG.
+                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                    return true;
+                }
+            }
+            sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    pub fn conn(&self) -> Connection {
+        let con = self.try_conn().expect("connect");
+        con.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        con
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Kills the process (SIGKILL, by pid) and reaps it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Asks the server to shut down cleanly (flushing its AOF) and reaps it.
+    pub fn shutdown(&mut self) {
+        if let Ok(mut con) = self.try_conn() {
+            let _: redis::RedisResult<Value> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
+        }
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join(format!("server-{}.log", self.port)))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The whole-dataset digest: equal digests mean equal data.
+pub fn digest(con: &mut Connection) -> String {
+    redis::cmd("DEBUG")
+        .arg("DIGEST")
+        .query(con)
+        .expect("DEBUG DIGEST")
+}
+
+/// The server's TIME in Unix milliseconds.
+pub fn server_time_ms(con: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// Runs a command expected to fail and returns the error text.
+pub fn error_of(con: &mut Connection, args: &[&[u8]]) -> String {
+    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).expect("utf8 command"));
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<Value>(con) {
+        Ok(v) => panic!("expected an error from {:?}, got {v:?}", show(args)),
+        Err(e) => error_text(&e),
+    }
+}
+
+/// An error reply as the server wrote it: `CODE detail`.
+pub fn error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+pub fn show(args: &[&[u8]]) -> Vec<String> {
+    args.iter()
+        .map(|a| String::from_utf8_lossy(&a[..a.len().min(60)]).into_owned())
+        .collect()
+}
+
+/// Waits until `replica` has processed everything `primary` sent.
+pub fn wait_replica_synced(primary: &mut Connection, replica: &mut Connection) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(10_000)
+            .query(primary)
+            .expect("WAIT");
+        let p = info_field(primary, "replication", "master_repl_offset");
+        let r = info_field(replica, "replication", "master_repl_offset");
+        if n >= 1 && p == r && !p.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica did not catch up (primary {p}, replica {r})"
+        );
+        sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts a replica of `primary` and waits until the initial sync is done.
+pub fn start_replica(primary: &Server, options: Options) -> Server {
+    let replica =
+        Server::start_with(options.arg("replicaof", &format!("127.0.0.1 {}", primary.port)));
+    let mut con = replica.conn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while info_field(&mut con, "replication", "master_link_status") != "up" {
+        assert!(Instant::now() < deadline, "replica did not connect");
+        sleep(Duration::from_millis(20));
+    }
+    replica
+}
+
+/// One `field:value` line of `INFO section`.
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
+    info.lines()
+        .find_map(|line| {
+            line.strip_prefix(field)
+                .and_then(|rest| rest.strip_prefix(':'))
+        })
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// Waits until `n` clients are blocked on the server.
+pub fn wait_blocked_clients(con: &mut Connection, n: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(con, "clients", "blocked_clients") != n.to_string() {
+        assert!(Instant::now() < deadline, "clients did not block");
+        sleep(Duration::from_millis(5));
+    }
+}
