@@ -21,6 +21,16 @@ run: build
 test: build
 	$(CARGO) test --release
 
+# Side-by-side throughput, server time and memory against native commands and
+# Lua; prints one table (see BENCHMARKS.md). Starts its own server.
+bench: build
+	bash scripts/bench.sh
+
+# The herd made visible: a cohort without and with jitter, drawn in the
+# terminal and as an SVG. Starts its own server.
+demo: build
+	bash scripts/demo.sh
+
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
