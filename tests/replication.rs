@@ -1,0 +1,154 @@
+//! Effects, never commands: replicas and AOF replays hold the primary's exact
+//! data without the module, because only ZADD/ZREM/LPUSH ever leave it.
+
+mod common;
+
+use common::*;
+
+/// A mixed workload: jittered and plain retries, some inside MULTI, and
+/// promotions with and without LIMIT.
+fn mixed_workload(con: &mut Connection, rounds: usize) {
+    let policies = [
+        "jitter:exponential:1:50",
+        "fixed:0",
+        "jitter:fixed:20",
+        "exponential:1:8",
+        "jitter:jitter:fixed:30",
+    ];
+    for round in 0..rounds {
+        let mut pipe = redis::pipe();
+        for i in 0..20 {
+            let policy = policies[(round + i) % policies.len()];
+            let job = format!("job-{}", (round * 7 + i * 13) % 997);
+            pipe.cmd("ECHO.RETRY")
+                .arg(format!("{{q{}}}:s", i % 3))
+                .arg(job)
+                .arg(policy)
+                .arg(1 + (i % 6))
+                .ignore();
+        }
+        let _: () = pipe.query(con).expect("retries");
+        let mut multi = redis::pipe();
+        multi.atomic();
+        for i in 0..10 {
+            multi
+                .cmd("ECHO.RETRY")
+                .arg("{q0}:s")
+                .arg(format!("cohort-{round}-{i}"))
+                .arg("jitter:fixed:5")
+                .arg(3)
+                .ignore();
+        }
+        multi.cmd("ECHO.PROMOTE").arg("{q0}:s").arg("{q0}:p").ignore();
+        let _: () = multi.query(con).expect("MULTI");
+        for q in 0..3 {
+            let mut cmd = redis::cmd("ECHO.PROMOTE");
+            cmd.arg(format!("{{q{q}}}:s")).arg(format!("{{q{q}}}:p"));
+            if round % 2 == 0 {
+                cmd.arg("LIMIT").arg(7);
+            }
+            let _: i64 = cmd.query(con).expect("promote");
+        }
+    }
+}
+
+fn zset_len(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("ZCARD").arg(key).query(con).unwrap()
+}
+
+#[test]
+fn a_replica_without_the_module_ends_identical() {
+    let primary = Server::start();
+    let replica = start_replica(&primary, Options::without_module());
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+
+    mixed_workload(&mut p, 150); // 150 * (20 + 10) = 4500 retries, 600 promotes
+    wait_replica_synced(&mut p, &mut r);
+
+    let moved: i64 = (0..3)
+        .map(|q| -> i64 { redis::cmd("LLEN").arg(format!("{{q{q}}}:p")).query(&mut p).unwrap() })
+        .sum();
+    assert!(moved > 0, "the workload promoted something");
+    assert!(zset_len(&mut p, "{q1}:s") > 0, "and left something scheduled");
+    assert_eq!(digest(&mut p), digest(&mut r), "replica digest differs from the primary's");
+
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut r).unwrap();
+    assert!(!stats.to_lowercase().contains("cmdstat_echo."), "{stats}");
+    for native in ["cmdstat_zadd:", "cmdstat_zrem:", "cmdstat_lpush:"] {
+        assert!(stats.contains(native), "replica never ran {native}\n{stats}");
+    }
+    let errors = info_field(&mut r, "stats", "total_error_replies");
+    assert_eq!(errors, "0", "the replica hit errors replaying the stream");
+    let log = replica.log();
+    assert!(!log.contains("unknown command"), "{log}");
+}
+
+#[test]
+fn a_replica_with_the_module_ends_identical_too() {
+    let primary = Server::start();
+    let replica = start_replica(&primary, Options::default());
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    mixed_workload(&mut p, 40);
+    wait_replica_synced(&mut p, &mut r);
+    assert_eq!(digest(&mut p), digest(&mut r));
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut r).unwrap();
+    assert!(!stats.to_lowercase().contains("cmdstat_echo."), "{stats}");
+}
+
+#[test]
+fn aof_reload_restart_and_replay_without_the_module_keep_the_data() {
+    let dir = TempDir::new("aof");
+    let aof = Options::default()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+        .arg("aof-use-rdb-preamble", "no");
+    let mut server = Server::start_in(aof.clone(), &dir.0);
+    let mut con = server.conn();
+    mixed_workload(&mut con, 40);
+    let want = digest(&mut con);
+    assert_ne!(want, "0000000000000000000000000000000000000000");
+
+    // DEBUG RELOAD: save and load an RDB in place.
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+    assert_eq!(digest(&mut con), want, "after DEBUG RELOAD");
+    // DEBUG LOADAOF: flush and replay the AOF in place.
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    assert_eq!(digest(&mut con), want, "after DEBUG LOADAOF");
+
+    // The AOF holds only native commands.
+    let mut aof_text = Vec::new();
+    for entry in walk(&dir.0.join("appendonlydir")) {
+        aof_text.extend(std::fs::read(entry).unwrap());
+    }
+    let aof_text = String::from_utf8_lossy(&aof_text).to_lowercase();
+    assert!(aof_text.contains("zadd"), "AOF has the ZADDs");
+    assert!(!aof_text.contains("echo."), "AOF must not hold module commands");
+
+    // A restart from the AOF.
+    server.shutdown();
+    let mut server = Server::start_in(aof.clone(), &dir.0);
+    assert_eq!(digest(&mut server.conn()), want, "after a restart from the AOF");
+    server.shutdown();
+
+    // A server without the module replays the same AOF.
+    let mut bare = aof;
+    bare.load_module = false;
+    let server = Server::start_in(bare, &dir.0);
+    let mut con = server.conn();
+    assert_eq!(digest(&mut con), want, "replayed by a server without the module");
+    let modules: Vec<Value> = redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
+    assert!(modules.is_empty());
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            files.push(path);
+        }
+    }
+    files
+}
