@@ -471,3 +471,134 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    const CASES: u32 = 4096;
+
+    /// A policy from the grammar, rendered with names in random case.
+    fn policy_text() -> impl Strategy<Value = (String, Policy)> {
+        let backoff = prop_oneof![
+            (0..=MAX_MS).prop_map(|delay_ms| Backoff::Fixed { delay_ms }),
+            (0..=MAX_MS, 0..=MAX_MS).prop_map(|(a, b)| Backoff::Exponential {
+                base_ms: a.min(b),
+                max_ms: a.max(b),
+            }),
+        ];
+        (backoff, 0..=MAX_JITTER_LAYERS, any::<u64>()).prop_map(
+            |(backoff, jitter_layers, case_bits)| {
+                let mut bit = 0u32;
+                let mut cased = |name: &str| -> String {
+                    name.chars()
+                        .map(|c| {
+                            bit = (bit + 1) % 64;
+                            if case_bits >> bit & 1 == 1 {
+                                c.to_ascii_uppercase()
+                            } else {
+                                c
+                            }
+                        })
+                        .collect()
+                };
+                let mut text = String::new();
+                for _ in 0..jitter_layers {
+                    text.push_str(&cased("jitter"));
+                    text.push(':');
+                }
+                match backoff {
+                    Backoff::Fixed { delay_ms } => {
+                        text.push_str(&format!("{}:{delay_ms}", cased("fixed")))
+                    }
+                    Backoff::Exponential { base_ms, max_ms } => {
+                        text.push_str(&format!("{}:{base_ms}:{max_ms}", cased("exponential")))
+                    }
+                }
+                (
+                    text,
+                    Policy {
+                        backoff,
+                        jitter_layers,
+                    },
+                )
+            },
+        )
+    }
+
+    /// The contract's formula, computed independently in 128 bits.
+    fn formula_ms(backoff: Backoff, attempts: u64) -> u64 {
+        match backoff {
+            Backoff::Fixed { delay_ms } => delay_ms,
+            Backoff::Exponential { base_ms, max_ms } => {
+                let doublings = attempts.max(1) - 1;
+                if doublings >= 64 {
+                    return if base_ms == 0 { 0 } else { max_ms };
+                }
+                let d = u128::from(base_ms) << doublings;
+                u64::try_from(d.min(u128::from(max_ms))).unwrap()
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_policy(&bytes);
+            let _ = canonical_u64(&bytes, u64::MAX);
+            let _ = canonical_i64(&bytes);
+            let _ = parse_delay_request(&bytes, &bytes);
+            let _ = parse_promote_limit(&[b"LIMIT", &bytes]);
+            let _ = parse_promote_limit(&[&bytes]);
+            let _ = parse_spread_request(&bytes, &bytes, &bytes);
+        }
+
+        #[test]
+        fn policy_shaped_noise_never_panics(text in "(?i)(jitter:){0,10}(fixed|exponential|jitter|x)?(:[0-9+\\-. e]{0,22}){0,3}") {
+            if let Err(e) = parse_policy(text.as_bytes()) {
+                prop_assert!(e.to_string().starts_with("ERR invalid policy: "));
+            }
+        }
+
+        #[test]
+        fn grammar_strings_parse_to_the_contract_formula(
+            (text, want) in policy_text(),
+            attempts in 1..=i64::MAX as u64,
+            small_attempts in 1u64..80,
+        ) {
+            let policy = parse_policy(text.as_bytes());
+            prop_assert_eq!(policy, Ok(want));
+            for a in [attempts, small_attempts] {
+                let d = formula_ms(want.backoff, a);
+                prop_assert_eq!(want.backoff.delay_ms(a), d);
+                // without jitter, or with a sampler at the top of the range, the formula itself
+                prop_assert_eq!(want.delay_ms(a, |max| max), d);
+            }
+        }
+
+        #[test]
+        fn jitter_stays_within_its_bound(
+            (_, policy) in policy_text(),
+            attempts in 1..=i64::MAX as u64,
+            seed in any::<u64>(),
+        ) {
+            use rand::SeedableRng;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let bound = policy.backoff.delay_ms(attempts);
+            let d = policy.delay_ms_with_rng(attempts, &mut rng);
+            prop_assert!(d <= bound);
+            prop_assert!(d <= MAX_MS);
+        }
+
+        #[test]
+        fn canonical_decimals_round_trip(v in any::<u64>(), w in any::<i64>()) {
+            prop_assert_eq!(canonical_u64(v.to_string().as_bytes(), u64::MAX), Some(v));
+            prop_assert_eq!(canonical_i64(w.to_string().as_bytes()), Some(w));
+            let padded = format!("0{v}");
+            prop_assert_eq!(canonical_u64(padded.as_bytes(), u64::MAX), None);
+        }
+    }
+}
