@@ -17,9 +17,18 @@ build: setup
 run: build
 	valkey-server valkey.conf
 
-# Unit and property tests, then integration tests against real servers.
+# Unit and property tests, then integration tests against real servers; then
+# the core suites again against Redis 7 when redis-server is installed (CI
+# installs it).
+REDIS_SUITES := --test commands --test bad_input --test replication --test reliability
 test: build
 	$(CARGO) test --release
+	@if command -v redis-server >/dev/null 2>&1; then \
+	  echo "== Redis compatibility: core suites against $$(redis-server --version | cut -d' ' -f3)"; \
+	  ECHOMQ_SERVER=redis-server $(CARGO) test --release $(REDIS_SUITES); \
+	else \
+	  echo "== Redis compatibility: SKIPPED (redis-server not installed: apt-get install redis-server)"; \
+	fi
 
 # Side-by-side throughput, server time and memory against native commands and
 # Lua; prints one table (see BENCHMARKS.md). Starts its own server.

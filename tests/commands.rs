@@ -283,11 +283,16 @@ fn a_cohort_spreads_with_jitter_and_stays_together_without() {
     let mut con = server.conn();
     let plain = cohort_fire_times(&mut con, "plain", "exponential:100:10000");
     let plain_distinct: HashSet<i64> = plain.iter().copied().collect();
-    assert_eq!(
-        plain_distinct.len(),
-        1,
-        "one now per transaction: {plain:?}"
-    );
+    if is_valkey(&mut con) {
+        assert_eq!(
+            plain_distinct.len(),
+            1,
+            "one now per transaction: {plain:?}"
+        );
+    } else {
+        // Redis 7.0 has no cached-time API: the wall clock may tick once.
+        assert!(plain_distinct.len() <= 2, "{plain:?}");
+    }
 
     let jittered = cohort_fire_times(&mut con, "jittered", "jitter:exponential:100:10000");
     let distinct: HashSet<i64> = jittered.iter().copied().collect();

@@ -358,3 +358,8 @@ pub fn wait_blocked_clients(con: &mut Connection, n: u32) {
         sleep(Duration::from_millis(5));
     }
 }
+
+/// Whether the server is Valkey (Redis 7.0 runs the compatibility suites).
+pub fn is_valkey(con: &mut Connection) -> bool {
+    info_field(con, "server", "server_name") == "valkey"
+}
