@@ -35,7 +35,11 @@ fn many_clients_at_once_consume_every_job_exactly_once() {
         threads.push(thread::spawn(move || {
             let mut con = server.conn();
             for job in (p..JOBS).step_by(PRODUCERS) {
-                let policy = if job % 2 == 0 { "jitter:fixed:30" } else { "fixed:5" };
+                let policy = if job % 2 == 0 {
+                    "jitter:fixed:30"
+                } else {
+                    "fixed:5"
+                };
                 let _: i64 = redis::cmd("ECHO.RETRY")
                     .arg("q:s")
                     .arg(format!("job-{job}"))
@@ -72,8 +76,11 @@ fn many_clients_at_once_consume_every_job_exactly_once() {
         threads.push(thread::spawn(move || {
             let mut con = server.conn();
             while !stop.load(Ordering::Relaxed) {
-                let got: Option<(String, String)> =
-                    redis::cmd("BRPOP").arg("q:p").arg(0.2).query(&mut con).unwrap();
+                let got: Option<(String, String)> = redis::cmd("BRPOP")
+                    .arg("q:p")
+                    .arg(0.2)
+                    .query(&mut con)
+                    .unwrap();
                 let Some((_, name)) = got else { continue };
                 let job: usize = name.trim_start_matches("job-").parse().unwrap();
                 let seen = {
@@ -115,8 +122,16 @@ fn many_clients_at_once_consume_every_job_exactly_once() {
         .filter(|&(&j, &n)| n != failures_of(j) + 1)
         .map(|(&j, &n)| (j, n))
         .collect();
-    assert!(lost.is_empty(), "{} jobs lost: {:?}", lost.len(), &lost[..lost.len().min(10)]);
-    assert!(wrong.is_empty(), "jobs delivered the wrong number of times: {wrong:?}");
+    assert!(
+        lost.is_empty(),
+        "{} jobs lost: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    assert!(
+        wrong.is_empty(),
+        "jobs delivered the wrong number of times: {wrong:?}"
+    );
     assert_eq!(done.load(Ordering::Relaxed), JOBS);
     let total: usize = deliveries.values().sum();
     let mut con = server.conn();
@@ -131,23 +146,54 @@ fn over_maxmemory_retry_is_refused_while_promote_and_delay_still_work() {
     let mut con = server.conn();
     let mut pipe = redis::pipe();
     for i in 0..2000 {
-        pipe.cmd("ZADD").arg("s").arg(i).arg(format!("due-{i:05}")).ignore();
+        pipe.cmd("ZADD")
+            .arg("s")
+            .arg(i)
+            .arg(format!("due-{i:05}"))
+            .ignore();
     }
-    pipe.cmd("SET").arg("ballast").arg("x".repeat(4 << 20)).ignore();
+    pipe.cmd("SET")
+        .arg("ballast")
+        .arg("x".repeat(4 << 20))
+        .ignore();
     let _: () = pipe.query(&mut con).unwrap();
-    let used: i64 = info_field(&mut con, "memory", "used_memory").parse().unwrap();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used - (1 << 20)).query(&mut con).unwrap();
+    let used: i64 = info_field(&mut con, "memory", "used_memory")
+        .parse()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used - (1 << 20))
+        .query(&mut con)
+        .unwrap();
 
     let before = digest(&mut con);
-    let err = error_of(&mut con, &[b"ECHO.RETRY", b"s", b"new-job", b"fixed:0", b"1"]);
+    let err = error_of(
+        &mut con,
+        &[b"ECHO.RETRY", b"s", b"new-job", b"fixed:0", b"1"],
+    );
     assert!(err.starts_with("OOM"), "{err}");
     assert_eq!(digest(&mut con), before, "a refused retry writes nothing");
 
-    let moved: i64 = redis::cmd("ECHO.PROMOTE").arg("s").arg("p").query(&mut con).unwrap();
+    let moved: i64 = redis::cmd("ECHO.PROMOTE")
+        .arg("s")
+        .arg("p")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(moved, 1000, "due work keeps flowing at maxmemory");
-    let delay: i64 = redis::cmd("ECHO.DELAY").arg("fixed:7").arg(1).query(&mut con).unwrap();
+    let delay: i64 = redis::cmd("ECHO.DELAY")
+        .arg("fixed:7")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(delay, 7);
-    let counts: Vec<i64> = redis::cmd("ECHO.SPREAD").arg("s").arg(0).arg(2000).arg(2).query(&mut con).unwrap();
+    let counts: Vec<i64> = redis::cmd("ECHO.SPREAD")
+        .arg("s")
+        .arg(0)
+        .arg(2000)
+        .arg(2)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(counts, [0, 1000]);
 }
 
@@ -157,7 +203,13 @@ fn a_replica_with_the_module_refuses_writes_and_answers_reads() {
     let replica = start_replica(&primary, Options::default());
     let mut p = primary.conn();
     let mut r = replica.conn();
-    let _: i64 = redis::cmd("ECHO.RETRY").arg("s").arg("j").arg("fixed:0").arg(1).query(&mut p).unwrap();
+    let _: i64 = redis::cmd("ECHO.RETRY")
+        .arg("s")
+        .arg("j")
+        .arg("fixed:0")
+        .arg(1)
+        .query(&mut p)
+        .unwrap();
     wait_replica_synced(&mut p, &mut r);
     for args in [
         &[&b"ECHO.RETRY"[..], b"s", b"j2", b"fixed:1", b"1"][..],
@@ -166,10 +218,19 @@ fn a_replica_with_the_module_refuses_writes_and_answers_reads() {
         let err = error_of(&mut r, args);
         assert!(err.starts_with("READONLY"), "{err}");
     }
-    let delay: i64 = redis::cmd("ECHO.DELAY").arg("exponential:100:10000").arg(3).query(&mut r).unwrap();
+    let delay: i64 = redis::cmd("ECHO.DELAY")
+        .arg("exponential:100:10000")
+        .arg(3)
+        .query(&mut r)
+        .unwrap();
     assert_eq!(delay, 400);
-    let counts: Vec<i64> =
-        redis::cmd("ECHO.SPREAD").arg("s").arg(0).arg(i64::MAX).arg(1).query(&mut r).unwrap();
+    let counts: Vec<i64> = redis::cmd("ECHO.SPREAD")
+        .arg("s")
+        .arg(0)
+        .arg(i64::MAX)
+        .arg(1)
+        .query(&mut r)
+        .unwrap();
     assert_eq!(counts, [1]);
     assert_eq!(digest(&mut p), digest(&mut r));
 }
@@ -193,7 +254,13 @@ fn retries_inside_multi_and_eval_replicate_their_effects() {
     let mut multi = redis::pipe();
     multi.atomic();
     for i in 0..50 {
-        multi.cmd("ECHO.RETRY").arg("s").arg(format!("multi-{i}")).arg("jitter:fixed:100000").arg(2).ignore();
+        multi
+            .cmd("ECHO.RETRY")
+            .arg("s")
+            .arg(format!("multi-{i}"))
+            .arg("jitter:fixed:100000")
+            .arg(2)
+            .ignore();
     }
     multi.cmd("ZADD").arg("s").arg(1).arg("due").ignore();
     multi.cmd("ECHO.PROMOTE").arg("s").arg("p").ignore();
@@ -216,15 +283,26 @@ fn retries_inside_multi_and_eval_replicate_their_effects() {
 /// Keyspace events seen while `work` runs, with `prefix` cut from key names.
 fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection)) -> Vec<String> {
     let mut con = server.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("KEA").query(&mut con).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("KEA")
+        .query(&mut con)
+        .unwrap();
     let mut sub_con = server.conn();
-    sub_con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    sub_con
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let mut sub = sub_con.as_pubsub();
     sub.psubscribe(format!("__keyspace@0__:{prefix}*")).unwrap();
     sub.psubscribe("__keyevent@0__:*").unwrap();
     sub.subscribe("done").unwrap();
     work(&mut con);
-    let _: () = redis::cmd("PUBLISH").arg("done").arg(1).query(&mut con).unwrap();
+    let _: () = redis::cmd("PUBLISH")
+        .arg("done")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
     let mut seen = Vec::new();
     loop {
         let msg = sub.get_message().unwrap();
@@ -235,7 +313,11 @@ fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection)) -> 
         if msg.get_channel_name().starts_with("__keyevent") && !payload.starts_with(prefix) {
             continue;
         }
-        seen.push(format!("{} {}", msg.get_channel_name().replace(prefix, ""), payload.replace(prefix, "")));
+        seen.push(format!(
+            "{} {}",
+            msg.get_channel_name().replace(prefix, ""),
+            payload.replace(prefix, "")
+        ));
     }
 }
 
@@ -244,23 +326,65 @@ fn keyspace_notifications_match_the_native_commands() {
     let server = Server::start();
     // schedule, promote part (schedule keeps a member), promote the rest (schedule emptied)
     let native = events(&server, "n:", |con| {
-        let _: () = redis::cmd("ZADD").arg("n:s").arg(1).arg("a").query(con).unwrap();
-        let _: () = redis::cmd("ZADD").arg("n:s").arg(9e15).arg("b").query(con).unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg("n:s")
+            .arg(1)
+            .arg("a")
+            .query(con)
+            .unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg("n:s")
+            .arg(9e15)
+            .arg("b")
+            .query(con)
+            .unwrap();
         let _: () = redis::cmd("ZREM").arg("n:s").arg("a").query(con).unwrap();
         let _: () = redis::cmd("LPUSH").arg("n:p").arg("a").query(con).unwrap();
-        let _: () = redis::cmd("ZADD").arg("n:s").arg(1).arg("b").query(con).unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg("n:s")
+            .arg(1)
+            .arg("b")
+            .query(con)
+            .unwrap();
         let _: () = redis::cmd("ZREM").arg("n:s").arg("b").query(con).unwrap();
         let _: () = redis::cmd("LPUSH").arg("n:p").arg("b").query(con).unwrap();
     });
     let module = events(&server, "m:", |con| {
-        let _: i64 = redis::cmd("ECHO.RETRY").arg("m:s").arg("a").arg("fixed:0").arg(1).query(con).unwrap();
-        let _: () = redis::cmd("ZADD").arg("m:s").arg(9e15).arg("b").query(con).unwrap();
-        let _: i64 = redis::cmd("ECHO.PROMOTE").arg("m:s").arg("m:p").query(con).unwrap();
-        let _: () = redis::cmd("ZADD").arg("m:s").arg(1).arg("b").query(con).unwrap();
-        let _: i64 = redis::cmd("ECHO.PROMOTE").arg("m:s").arg("m:p").query(con).unwrap();
+        let _: i64 = redis::cmd("ECHO.RETRY")
+            .arg("m:s")
+            .arg("a")
+            .arg("fixed:0")
+            .arg(1)
+            .query(con)
+            .unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg("m:s")
+            .arg(9e15)
+            .arg("b")
+            .query(con)
+            .unwrap();
+        let _: i64 = redis::cmd("ECHO.PROMOTE")
+            .arg("m:s")
+            .arg("m:p")
+            .query(con)
+            .unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg("m:s")
+            .arg(1)
+            .arg("b")
+            .query(con)
+            .unwrap();
+        let _: i64 = redis::cmd("ECHO.PROMOTE")
+            .arg("m:s")
+            .arg("m:p")
+            .query(con)
+            .unwrap();
     });
     assert!(native.iter().any(|e| e.ends_with("del")), "{native:?}");
-    assert!(native.contains(&"__keyevent@0__:lpush p".to_string()), "{native:?}");
+    assert!(
+        native.contains(&"__keyevent@0__:lpush p".to_string()),
+        "{native:?}"
+    );
     assert_eq!(native.len(), 16, "{native:?}");
     assert_eq!(module, native);
 }
@@ -268,7 +392,9 @@ fn keyspace_notifications_match_the_native_commands() {
 #[test]
 fn a_killed_server_restarts_with_every_acknowledged_write() {
     let dir = TempDir::new("crash");
-    let aof = Options::default().arg("appendonly", "yes").arg("appendfsync", "always");
+    let aof = Options::default()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always");
     let mut server = Server::start_in(aof.clone(), &dir.0);
     let acked: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
     let promoted = Arc::new(AtomicUsize::new(0));
@@ -279,11 +405,19 @@ fn a_killed_server_restarts_with_every_acknowledged_write() {
     for w in 0..2 {
         let (url, acked, stop) = (url.clone(), Arc::clone(&acked), Arc::clone(&stop));
         threads.push(thread::spawn(move || {
-            let Ok(mut con) = redis::Client::open(url).and_then(|c| c.get_connection()) else { return };
+            let Ok(mut con) = redis::Client::open(url).and_then(|c| c.get_connection()) else {
+                return;
+            };
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 let job = format!("w{w}-{i}");
-                match redis::cmd("ECHO.RETRY").arg("s").arg(&job).arg("jitter:fixed:20").arg(1).query::<i64>(&mut con) {
+                match redis::cmd("ECHO.RETRY")
+                    .arg("s")
+                    .arg(&job)
+                    .arg("jitter:fixed:20")
+                    .arg(1)
+                    .query::<i64>(&mut con)
+                {
                     Ok(fire) => {
                         acked.lock().unwrap().insert(job, fire);
                     }
@@ -296,9 +430,17 @@ fn a_killed_server_restarts_with_every_acknowledged_write() {
     {
         let (url, promoted, stop) = (url.clone(), Arc::clone(&promoted), Arc::clone(&stop));
         threads.push(thread::spawn(move || {
-            let Ok(mut con) = redis::Client::open(url).and_then(|c| c.get_connection()) else { return };
+            let Ok(mut con) = redis::Client::open(url).and_then(|c| c.get_connection()) else {
+                return;
+            };
             while !stop.load(Ordering::Relaxed) {
-                match redis::cmd("ECHO.PROMOTE").arg("s").arg("p").arg("LIMIT").arg(50).query::<i64>(&mut con) {
+                match redis::cmd("ECHO.PROMOTE")
+                    .arg("s")
+                    .arg("p")
+                    .arg("LIMIT")
+                    .arg(50)
+                    .query::<i64>(&mut con)
+                {
                     Ok(n) => {
                         promoted.fetch_add(n as usize, Ordering::Relaxed);
                     }
@@ -324,12 +466,26 @@ fn a_killed_server_restarts_with_every_acknowledged_write() {
 
     let server = Server::start_in(aof, &dir.0);
     let mut con = server.conn();
-    let scheduled: Vec<(String, i64)> =
-        redis::cmd("ZRANGE").arg("s").arg(0).arg(-1).arg("WITHSCORES").query(&mut con).unwrap();
-    let pending: Vec<String> = redis::cmd("LRANGE").arg("p").arg(0).arg(-1).query(&mut con).unwrap();
+    let scheduled: Vec<(String, i64)> = redis::cmd("ZRANGE")
+        .arg("s")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut con)
+        .unwrap();
+    let pending: Vec<String> = redis::cmd("LRANGE")
+        .arg("p")
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
     let scheduled: HashMap<String, i64> = scheduled.into_iter().collect();
     let pending_set: HashSet<&String> = pending.iter().collect();
-    assert_eq!(pending_set.len(), pending.len(), "a job is twice in pending");
+    assert_eq!(
+        pending_set.len(),
+        pending.len(),
+        "a job is twice in pending"
+    );
     for job in pending.iter() {
         assert!(!scheduled.contains_key(job), "{job} is in both keys");
     }
