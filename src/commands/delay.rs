@@ -11,8 +11,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::{parse, stats};
 
-pub fn echo_delay(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let _ = ctx;
+pub fn echo_delay(_ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     stats::counted(delay(&args))
 }
 
