@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""A job worker on echomq, in Python with the `valkey` client (or `redis`).
+
+Consumers take jobs from a pending list with a blocking pop, fail some of
+them (deterministically), retry those with ECHO.RETRY under a jittered
+policy, and one promoter moves due retries back to the pending list with
+ECHO.PROMOTE. Same keys and options as examples/worker.rs, so workers in
+both languages can share one queue:
+
+    pip install valkey
+    python3 examples/worker.py --url redis://127.0.0.1:6379/ --queue orders --jobs 100 --seed
+
+Options (each also read from the environment variable in brackets):
+  --url URL            [ECHOMQ_URL]  default redis://127.0.0.1:6379/
+  --queue NAME         [ECHOMQ_QUEUE] default jobs; keys {NAME}:pending,
+                       {NAME}:schedule, {NAME}:attempts, {NAME}:done, {NAME}:done-by
+  --jobs N             [ECHOMQ_JOBS] default 100: stop once {NAME}:done holds N jobs
+  --seed               first push job-0 .. job-(N-1) onto the pending list
+  --fail-first K       [ECHOMQ_FAIL_FIRST] default 2: job-<i> fails its first
+                       i % (K + 1) attempts, then succeeds
+  --policy P           [ECHOMQ_POLICY] default jitter:exponential:50:2000
+  --consumers C        [ECHOMQ_CONSUMERS] default 4 threads
+  --deadline-secs S    [ECHOMQ_DEADLINE_SECS] default 60: give up (exit 2)
+  --name NAME          [ECHOMQ_WORKER_NAME] default python-<pid>
+"""
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+try:
+    import valkey as client
+except ImportError:  # redis-py speaks the same protocol
+    try:
+        import redis as client
+    except ImportError:
+        sys.exit("worker.py needs the 'valkey' (or 'redis') package: pip install valkey")
+
+# The promoter sleeps at most this long, so retries scheduled meanwhile are
+# picked up within this much of their fire time.
+PROMOTER_CAP_S = 0.05
+PROMOTE_LIMIT = 1000
+
+
+def env(name, default):
+    return os.environ.get(name, default)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description="echomq worker (see the module docstring)")
+    p.add_argument("--url", default=env("ECHOMQ_URL", "redis://127.0.0.1:6379/"))
+    p.add_argument("--queue", default=env("ECHOMQ_QUEUE", "jobs"))
+    p.add_argument("--jobs", type=int, default=int(env("ECHOMQ_JOBS", "100")))
+    p.add_argument("--seed", action="store_true")
+    p.add_argument("--fail-first", type=int, default=int(env("ECHOMQ_FAIL_FIRST", "2")))
+    p.add_argument("--policy", default=env("ECHOMQ_POLICY", "jitter:exponential:50:2000"))
+    p.add_argument("--consumers", type=int, default=int(env("ECHOMQ_CONSUMERS", "4")))
+    p.add_argument("--deadline-secs", type=float, default=float(env("ECHOMQ_DEADLINE_SECS", "60")))
+    p.add_argument("--name", default=env("ECHOMQ_WORKER_NAME", f"python-{os.getpid()}"))
+    return p.parse_args()
+
+
+class Keys:
+    """Hash-tagged so a cluster keeps one queue in one slot."""
+
+    def __init__(self, queue):
+        key = lambda suffix: f"{{{queue}}}:{suffix}"
+        self.pending = key("pending")
+        self.schedule = key("schedule")
+        self.attempts = key("attempts")
+        self.done = key("done")
+        self.done_by = key("done-by")
+
+
+def failures(job, fail_first):
+    """job-<i> fails its first i % (K + 1) attempts; other names never fail."""
+    if job.startswith("job-") and job[4:].isdigit():
+        return int(job[4:]) % (fail_first + 1)
+    return 0
+
+
+class Worker:
+    def __init__(self, args):
+        self.args = args
+        self.keys = Keys(args.queue)
+        # One pool, shared by the threads (the client is thread-safe).
+        self.db = client.Redis.from_url(args.url, decode_responses=True)
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.completed = 0
+        self.retried = 0
+        self.errors = []
+
+    def consume(self):
+        k, a = self.keys, self.args
+        while not self.stop.is_set():
+            # A short timeout so the loop sees `stop`; the pop blocks in the server.
+            popped = self.db.brpop([k.pending], timeout=0.2)
+            if popped is None:
+                continue
+            _, job = popped
+            attempt = self.db.hincrby(k.attempts, job, 1)
+            if attempt <= failures(job, a.fail_first):
+                # The job failed: the server draws the jittered delay and
+                # schedules the retry in one step; the reply is the fire time.
+                self.db.execute_command("ECHO.RETRY", k.schedule, job, a.policy, attempt)
+                with self.lock:
+                    self.retried += 1
+            else:
+                pipe = self.db.pipeline(transaction=True)
+                pipe.rpush(k.done, job)
+                pipe.hincrby(k.done_by, a.name, 1)
+                pipe.execute()
+                with self.lock:
+                    self.completed += 1
+
+    def promote(self):
+        k = self.keys
+        while not self.stop.is_set():
+            moved = self.db.execute_command("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", PROMOTE_LIMIT)
+            if moved == PROMOTE_LIMIT:
+                continue  # more may be due already
+            pipe = self.db.pipeline(transaction=False)
+            pipe.zrange(k.schedule, 0, 0, withscores=True)
+            pipe.time()
+            nxt, (secs, micros) = pipe.execute()
+            now_ms = secs * 1000 + micros // 1000
+            if nxt:
+                wait = min(max(nxt[0][1] - now_ms, 0) / 1000.0, PROMOTER_CAP_S)
+            else:
+                wait = PROMOTER_CAP_S
+            # Sleep by the server's clock, but wake at once when told to stop.
+            self.stop.wait(wait)
+
+    def guarded(self, fn):
+        def run():
+            try:
+                fn()
+            except Exception as e:  # report it and stop the worker
+                self.errors.append(e)
+                self.stop.set()
+
+        return run
+
+    def run(self):
+        a, k = self.args, self.keys
+        if a.seed and a.jobs > 0:
+            self.db.lpush(k.pending, *[f"job-{i}" for i in range(a.jobs)])
+        threads = [threading.Thread(target=self.guarded(self.consume)) for _ in range(max(1, a.consumers))]
+        threads.append(threading.Thread(target=self.guarded(self.promote)))
+        for t in threads:
+            t.start()
+        started = time.monotonic()
+        all_done = False
+        # Every worker sharing the queue stops once the done list is complete.
+        while time.monotonic() - started < a.deadline_secs and not self.stop.is_set():
+            if self.db.llen(k.done) >= a.jobs:
+                all_done = True
+                break
+            time.sleep(0.02)
+        self.stop.set()
+        for t in threads:
+            t.join()
+        if self.errors:
+            print(f"worker {a.name}: {self.errors[0]!r}", file=sys.stderr)
+            return 1
+        done = self.db.llen(k.done)
+        print(
+            f"worker {a.name}: completed {self.completed} here, retried {self.retried} here; "
+            f"{done}/{a.jobs} done on queue '{a.queue}' after {time.monotonic() - started:.2f}s",
+            flush=True,
+        )
+        if not all_done:
+            print(f"worker {a.name}: deadline of {a.deadline_secs}s reached with {done}/{a.jobs} done", file=sys.stderr)
+            return 2
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(Worker(parse_args()).run())

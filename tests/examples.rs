@@ -1,0 +1,394 @@
+//! The example workers (examples/worker.rs and examples/worker.py) against a
+//! real server: N seeded jobs, some failing their first attempts and retried
+//! with a jittered policy, every one done exactly once.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const FAIL_FIRST: u64 = 2;
+const POLICY: &str = "jitter:exponential:50:2000";
+
+/// The target directory this test binary was built into (target/<profile>/deps/..).
+fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+/// The release build of examples/worker.rs. `cargo test` builds examples
+/// already; building here as well covers `cargo test --test examples`, which
+/// does not, and a stale binary.
+fn rust_worker() -> &'static Path {
+    static WORKER: OnceLock<PathBuf> = OnceLock::new();
+    WORKER.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "--release", "--quiet", "--example", "worker"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "cargo build --example worker failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = target_dir().join("release/examples/worker");
+        assert!(path.exists(), "{} is missing", path.display());
+        path
+    })
+}
+
+/// A python3 that can import `valkey` (or `redis`): the system one, else a
+/// venv under target/ with `valkey` installed into it. Err says why not, and
+/// the Python tests then pass after saying they were skipped.
+fn python() -> Result<&'static Path, &'static str> {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PYTHON
+        .get_or_init(find_python)
+        .as_ref()
+        .map(PathBuf::as_path)
+        .map_err(String::as_str)
+}
+
+fn imports_client(python: &Path) -> bool {
+    Command::new(python)
+        .args([
+            "-c",
+            "import importlib.util, sys; \
+             sys.exit(0 if importlib.util.find_spec('valkey') or importlib.util.find_spec('redis') else 1)",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn find_python() -> Result<PathBuf, String> {
+    // ECHOMQ_PYTHON names another interpreter (its venv goes to target/ too).
+    let system = PathBuf::from(std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "python3".into()));
+    match Command::new(&system).arg("--version").output() {
+        Ok(out) if out.status.success() => {}
+        Ok(_) | Err(_) => return Err(format!("{} is not installed", system.display())),
+    }
+    if imports_client(&system) {
+        return Ok(system);
+    }
+    let venv = target_dir().join("pyenv");
+    let venv_python = venv.join("bin/python");
+    if venv_python.exists() && imports_client(&venv_python) {
+        return Ok(venv_python);
+    }
+    let out = Command::new(&system)
+        .args(["-m", "venv", "--clear"])
+        .arg(&venv)
+        .output()
+        .map_err(|e| format!("python3 -m venv: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "python3 -m venv failed (is python3-venv installed?): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let out = Command::new(&venv_python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--timeout",
+            "30",
+            "--retries",
+            "1",
+            "valkey",
+        ])
+        .output()
+        .map_err(|e| format!("pip: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        return Err(format!(
+            "`pip install valkey` into {} failed: {}",
+            venv.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
+    }
+    if imports_client(&venv_python) {
+        Ok(venv_python)
+    } else {
+        Err("valkey installed but not importable".into())
+    }
+}
+
+/// Says so on the real stderr: libtest captures only the print macros.
+fn announce(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// The arguments both workers take.
+fn worker_args(server: &Server, queue: &str, jobs: usize, name: &str) -> Vec<String> {
+    [
+        "--url",
+        &server.url(),
+        "--queue",
+        queue,
+        "--jobs",
+        &jobs.to_string(),
+        "--fail-first",
+        &FAIL_FIRST.to_string(),
+        "--policy",
+        POLICY,
+        "--consumers",
+        "3",
+        "--deadline-secs",
+        "90",
+        "--name",
+        name,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn spawn_rust(server: &Server, queue: &str, jobs: usize, name: &str) -> (String, Child) {
+    let child = Command::new(rust_worker())
+        .args(worker_args(server, queue, jobs, name))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the rust worker");
+    (name.to_string(), child)
+}
+
+fn spawn_python(
+    python: &Path,
+    server: &Server,
+    queue: &str,
+    jobs: usize,
+    name: &str,
+) -> (String, Child) {
+    let child = Command::new(python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/worker.py"))
+        .args(worker_args(server, queue, jobs, name))
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the python worker");
+    (name.to_string(), child)
+}
+
+/// Waits for every worker and asserts each exited 0; kills them all (by pid)
+/// as soon as one fails, or after two minutes. Returns their stdout.
+fn wait_all(mut workers: Vec<(String, Child)>) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut statuses = vec![None; workers.len()];
+    while statuses.iter().any(Option::is_none) {
+        for (i, (_, child)) in workers.iter_mut().enumerate() {
+            if statuses[i].is_none() {
+                statuses[i] = child.try_wait().expect("try_wait");
+            }
+        }
+        let failed = statuses.iter().flatten().any(|s| !s.success());
+        if failed || Instant::now() > deadline {
+            for (_, child) in workers.iter_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            break;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    let mut report = String::new();
+    let mut outs = Vec::new();
+    for ((name, child), status) in workers.iter_mut().zip(&statuses) {
+        let mut out = String::new();
+        let mut err = String::new();
+        let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        println!("{name}: {} {}", out.trim(), err.trim());
+        report.push_str(&format!(
+            "{name}: {status:?}\nstdout: {out}\nstderr: {err}\n"
+        ));
+        outs.push(out);
+    }
+    assert!(
+        statuses.iter().all(|s| s.is_some_and(|s| s.success())),
+        "a worker failed or did not finish within two minutes:\n{report}"
+    );
+    outs
+}
+
+fn seed(con: &mut Connection, queue: &str, n: usize) {
+    let mut cmd = redis::cmd("LPUSH");
+    cmd.arg(format!("{{{queue}}}:pending"));
+    for i in 0..n {
+        cmd.arg(format!("job-{i}"));
+    }
+    let _: i64 = cmd.query(con).expect("seed");
+}
+
+fn failures(i: usize) -> u64 {
+    i as u64 % (FAIL_FIRST + 1)
+}
+
+/// Every seeded job done exactly once, after exactly its planned attempts,
+/// with nothing left queued; the module's counters agree.
+fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<String, u64> {
+    let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
+    let done: Vec<String> = redis::cmd("LRANGE")
+        .arg(key("done"))
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap();
+    let unique: HashSet<&String> = done.iter().collect();
+    assert_eq!(unique.len(), done.len(), "a job was done twice");
+    let want: HashSet<String> = (0..n).map(|i| format!("job-{i}")).collect();
+    let got: HashSet<String> = done.iter().cloned().collect();
+    let missing: Vec<_> = want.difference(&got).collect();
+    let extra: Vec<_> = got.difference(&want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, unexpected {extra:?}"
+    );
+    assert_eq!(done.len(), n);
+
+    let attempts: BTreeMap<String, u64> = redis::cmd("HGETALL")
+        .arg(key("attempts"))
+        .query(con)
+        .unwrap();
+    for i in 0..n {
+        let job = format!("job-{i}");
+        assert_eq!(
+            attempts.get(&job).copied(),
+            Some(failures(i) + 1),
+            "{job}: attempts"
+        );
+    }
+    let pending: i64 = redis::cmd("LLEN").arg(key("pending")).query(con).unwrap();
+    let scheduled: i64 = redis::cmd("ZCARD").arg(key("schedule")).query(con).unwrap();
+    assert_eq!((pending, scheduled), (0, 0), "work left behind");
+
+    // Each failure was one jittered ECHO.RETRY, and each retry was promoted once.
+    let retries: u64 = (0..n).map(failures).sum();
+    for (field, want) in [
+        ("echomq_retries", retries),
+        ("echomq_retries_jittered", retries),
+        ("echomq_promoted", retries),
+        ("echomq_errors", 0),
+    ] {
+        assert_eq!(
+            info_field(con, "echomq", field),
+            want.to_string(),
+            "{field}"
+        );
+    }
+
+    let by: BTreeMap<String, u64> = redis::cmd("HGETALL")
+        .arg(key("done-by"))
+        .query(con)
+        .unwrap();
+    assert_eq!(by.values().sum::<u64>(), n as u64, "{by:?}");
+    by
+}
+
+#[test]
+fn rust_workers_do_every_job_exactly_once() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let n = 300;
+    seed(&mut con, "orders", n);
+    wait_all(vec![
+        spawn_rust(&server, "orders", n, "rust-a"),
+        spawn_rust(&server, "orders", n, "rust-b"),
+    ]);
+    let by = check_exactly_once(&mut con, "orders", n);
+    println!("completions by worker: {by:?}");
+}
+
+#[test]
+fn python_workers_do_every_job_exactly_once() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            announce(&format!(
+                "SKIPPED python_workers_do_every_job_exactly_once: {why}"
+            ));
+            return;
+        }
+    };
+    let server = Server::start();
+    let mut con = server.conn();
+    let n = 300;
+    seed(&mut con, "orders", n);
+    wait_all(vec![
+        spawn_python(python, &server, "orders", n, "python-a"),
+        spawn_python(python, &server, "orders", n, "python-b"),
+    ]);
+    let by = check_exactly_once(&mut con, "orders", n);
+    println!(
+        "python: {}; completions by worker: {by:?}",
+        python.display()
+    );
+}
+
+#[test]
+fn rust_and_python_workers_share_one_queue() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            announce(&format!(
+                "SKIPPED rust_and_python_workers_share_one_queue: {why}"
+            ));
+            return;
+        }
+    };
+    let server = Server::start();
+    let mut con = server.conn();
+    let n = 400;
+    seed(&mut con, "mixed", n);
+    wait_all(vec![
+        spawn_python(python, &server, "mixed", n, "python"),
+        spawn_rust(&server, "mixed", n, "rust"),
+    ]);
+    let by = check_exactly_once(&mut con, "mixed", n);
+    println!("completions by worker: {by:?}");
+}
+
+#[test]
+fn the_rust_worker_seeds_and_stops_on_its_own() {
+    // The standalone use from the example's doc comment: --seed, then done.
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut args = worker_args(&server, "solo", 50, "solo");
+    args.push("--seed".into());
+    let out = Command::new(rust_worker())
+        .args(&args)
+        .output()
+        .expect("run worker");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("50/50 done on queue 'solo'"), "{stdout}");
+    check_exactly_once(&mut con, "solo", 50);
+}
