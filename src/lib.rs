@@ -9,9 +9,11 @@ mod parse;
 mod policy;
 mod stats;
 
+use commands::docs::{CommandDocs, KeyDoc};
 use commands::{
     delay::echo_delay, init, promote::echo_promote, retry::echo_retry, spread::echo_spread,
 };
+use redis_module::commands::KeySpecFlags as K;
 use redis_module::redis_module;
 
 // Unit tests run outside a server, where the server's allocator does not
@@ -40,3 +42,50 @@ redis_module! {
         ["ECHO.SPREAD", echo_spread, "readonly", 1, 1, 1, ""],
     ],
 }
+
+/// Arity, key specs and docs of each command, attached at load.
+const COMMAND_DOCS: &[CommandDocs] = &[
+    CommandDocs {
+        name: c"ECHO.RETRY",
+        arity: 5,
+        summary: c"Adds a job to a schedule at now plus the policy's delay for its attempt count.",
+        complexity: c"O(log(N)) with N the number of jobs in the schedule.",
+        keys: &[KeyDoc {
+            position: 1,
+            flags: K::READ_WRITE.union(K::UPDATE),
+        }],
+    },
+    CommandDocs {
+        name: c"ECHO.PROMOTE",
+        arity: -3,
+        summary: c"Moves the due jobs of a schedule to a pending list, earliest first.",
+        complexity: c"O(M*log(N)) with M the jobs moved and N the jobs in the schedule.",
+        keys: &[
+            KeyDoc {
+                position: 1,
+                flags: K::READ_WRITE.union(K::ACCESS).union(K::DELETE),
+            },
+            KeyDoc {
+                position: 2,
+                flags: K::READ_WRITE.union(K::INSERT),
+            },
+        ],
+    },
+    CommandDocs {
+        name: c"ECHO.DELAY",
+        arity: 3,
+        summary: c"Computes one delay of a policy for an attempt count, writing nothing.",
+        complexity: c"O(1)",
+        keys: &[],
+    },
+    CommandDocs {
+        name: c"ECHO.SPREAD",
+        arity: 5,
+        summary: c"Counts a schedule's jobs in equal time buckets.",
+        complexity: c"O(B*log(N)) with B the buckets and N the jobs in the schedule.",
+        keys: &[KeyDoc {
+            position: 1,
+            flags: K::READ_ONLY.union(K::ACCESS),
+        }],
+    },
+];

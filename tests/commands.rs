@@ -590,3 +590,61 @@ fn retry_then_promote_then_consume_end_to_end() {
         .collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn the_server_checks_arity_and_knows_each_key_spec() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let info: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("ECHO.RETRY")
+        .arg("ECHO.PROMOTE")
+        .arg("ECHO.DELAY")
+        .arg("ECHO.SPREAD")
+        .query(&mut con)
+        .unwrap();
+    let Value::Array(commands) = info else {
+        panic!("{info:?}")
+    };
+    let arities: Vec<i64> = commands
+        .iter()
+        .map(|c| match c {
+            Value::Array(fields) => match fields[1] {
+                Value::Int(arity) => arity,
+                _ => panic!("{c:?}"),
+            },
+            _ => panic!("{c:?}"),
+        })
+        .collect();
+    assert_eq!(arities, [5, -3, 3, 5]);
+    let text = format!("{commands:?}").to_lowercase();
+    // promote: the schedule is read, written and deleted from; pending inserted into
+    for flag in [
+        "\"rw\"",
+        "\"access\"",
+        "\"delete\"",
+        "\"insert\"",
+        "\"update\"",
+        "\"ro\"",
+    ] {
+        assert!(text.contains(flag), "{flag} missing from {text}");
+    }
+
+    // A wrong argument count inside MULTI is refused when queued, as for a
+    // native command, and the whole transaction is discarded.
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    let queued: String = redis::cmd("ECHO.RETRY")
+        .arg("s")
+        .arg("ok")
+        .arg("fixed:1")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(queued, "QUEUED");
+    let err = error_of(&mut con, &[b"ECHO.RETRY", b"s", b"job"]);
+    assert!(err.starts_with("ERR wrong number of arguments"), "{err}");
+    let err = error_of(&mut con, &[b"EXEC"]);
+    assert!(err.starts_with("EXECABORT"), "{err}");
+    let keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(keys, 0);
+}

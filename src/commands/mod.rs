@@ -2,6 +2,7 @@
 //! notify, replicate, reply.
 
 pub mod delay;
+pub mod docs;
 pub mod promote;
 pub mod retry;
 pub mod spread;
@@ -53,6 +54,10 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         if let Some(register_info) = raw::RedisModule_RegisterInfoFunc {
             register_info(ctx.ctx, Some(crate::stats::info));
         }
+    }
+    if let Err(why) = docs::describe(ctx, crate::COMMAND_DOCS) {
+        ctx.log_warning(&format!("echomq: {why}"));
+        return Status::Err;
     }
     Status::Ok
 }
