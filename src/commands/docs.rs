@@ -59,7 +59,7 @@ pub fn describe(ctx: &Context, docs: &[CommandDocs]) -> Result<(), String> {
                     .collect(),
             )
         });
-        let mut info = raw::RedisModuleCommandInfo {
+        let info = raw::RedisModuleCommandInfo {
             version: &INFO_VERSION,
             summary: doc.summary.as_ptr(),
             complexity: doc.complexity.as_ptr(),
@@ -83,7 +83,7 @@ pub fn describe(ctx: &Context, docs: &[CommandDocs]) -> Result<(), String> {
                     doc_name = doc.name.to_string_lossy()
                 ));
             }
-            set_info(command, &mut info)
+            set_info(command, &info)
         };
         if status != raw::REDISMODULE_OK as c_int {
             return Err(format!(
