@@ -1,0 +1,1129 @@
+//! echomq on a real Valkey Cluster (issue 5): routing and redirects, hash-tagged
+//! queues, CROSSSLOT refusals, resharding a live queue, automatic failover,
+//! and the effects (not the commands) reaching the replicas.
+//!
+//! Each test brings up its own cluster of three primaries with one replica
+//! each, every node loading the module, on 127.0.0.1. Every process is killed
+//! by pid when its handle drops, also when a test panics.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, sleep};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Short, so that an automatic failover happens within a few seconds.
+const NODE_TIMEOUT_MS: u32 = 2000;
+const SLOTS: u32 = 16384;
+/// Full jitter over up to 10^13 ms: random, exact, large scores, and the
+/// chance that a draw falls due during a test (under a minute) is ~10^-8.
+const FAR: &str = "jitter:exponential:1000000:10000000000000";
+
+/// The command-line client: `ECHOMQ_CLI`, or `valkey-cli`.
+fn cli_binary() -> String {
+    std::env::var("ECHOMQ_CLI").unwrap_or_else(|_| "valkey-cli".into())
+}
+
+/// A port `p` such that `p` and its cluster bus port `p + 10000` are both free
+/// now. The candidates lie below the kernel's ephemeral range (32768..), so
+/// outgoing connections and the other tests' servers (port 0) do not take
+/// them; each process starts at its own offset and walks forward.
+fn free_cluster_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const BASE: u32 = 15000;
+    const SPAN: u32 = 7000; // 15000..22000, bus ports 25000..32000
+    let start = std::process::id().wrapping_mul(131) % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (BASE + (start + n) % SPAN) as u16;
+        let client = TcpListener::bind(("127.0.0.1", port));
+        let bus = TcpListener::bind(("127.0.0.1", port + 10000));
+        if client.is_ok() && bus.is_ok() {
+            return port;
+        }
+    }
+    panic!(
+        "no free port pair (p, p + 10000) in {BASE}..{}",
+        BASE + SPAN
+    );
+}
+
+/// One cluster node: a `valkey-server` with the module, killed and reaped on drop.
+struct Node {
+    port: u16,
+    child: Option<Child>,
+    dir: TempDir,
+}
+
+impl Node {
+    fn start() -> Node {
+        let dir = TempDir::new("cluster-node");
+        let log = dir.0.join("valkey.log");
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let port = free_cluster_port();
+            let _ = std::fs::remove_file(dir.0.join("nodes.conf"));
+            let mut child = Command::new(server_binary())
+                .arg("--port")
+                .arg(port.to_string())
+                .args(["--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(&dir.0)
+                .arg("--logfile")
+                .arg(&log)
+                .arg("--loadmodule")
+                .arg(module_path())
+                .args(["--cluster-enabled", "yes"])
+                .arg("--cluster-config-file")
+                .arg(dir.0.join("nodes.conf"))
+                .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+                .args(["--appendonly", "no"])
+                .args(["--save", ""])
+                .args(["--enable-debug-command", "yes"])
+                // A replica's first sync starts at once instead of after 5 s.
+                .args(["--repl-diskless-sync-delay", "0"])
+                .args(["--daemonize", "no"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
+            if wait_ready(&mut child, port, Duration::from_secs(20)) {
+                return Node {
+                    port,
+                    child: Some(child),
+                    dir,
+                };
+            }
+            // Most likely another process took the port or its bus port.
+            let _ = child.kill();
+            let _ = child.wait();
+            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+        }
+        panic!("cluster node did not start; last log:\n{last_log}");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<Connection> {
+        let con =
+            redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))?;
+        con.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(con)
+    }
+
+    fn conn(&self) -> Connection {
+        self.try_conn()
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.addr()))
+    }
+
+    fn is_up(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILL by pid, then reap.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("valkey.log")).unwrap_or_default()
+    }
+}
+
+/// Waits until the server answers PING; false when it exits or times out.
+fn wait_ready(child: &mut Child, port: u16, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    let url = format!("redis://127.0.0.1:{port}/");
+    while Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return false;
+        }
+        let pong = redis::Client::open(url.as_str())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+            .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
+        if pong.is_ok() {
+            return true;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Clone, Debug)]
+struct Entry {
+    id: String,
+    port: u16,
+    flags: Vec<String>,
+    /// The primary's id, for a replica.
+    primary: Option<String>,
+    slots: Vec<(u16, u16)>,
+}
+
+impl Entry {
+    fn has_flag(&self, flag: &str) -> bool {
+        self.flags.iter().any(|f| f == flag)
+    }
+}
+
+fn parse_cluster_nodes(text: &str) -> Vec<Entry> {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert!(fields.len() >= 8, "CLUSTER NODES line: {line}");
+            // 127.0.0.1:30001@40001[,hostname]
+            let addr = fields[1].split('@').next().unwrap_or("");
+            let port = addr.rsplit(':').next().unwrap_or("").parse().unwrap_or(0);
+            let slots = fields[8..]
+                .iter()
+                // `[slot->-id]` / `[slot-<-id]`: a migration in progress
+                .filter(|s| !s.starts_with('['))
+                .map(|s| match s.split_once('-') {
+                    Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                    None => (s.parse().unwrap(), s.parse().unwrap()),
+                })
+                .collect();
+            Entry {
+                id: fields[0].to_string(),
+                port,
+                flags: fields[2].split(',').map(str::to_string).collect(),
+                primary: (fields[3] != "-").then(|| fields[3].to_string()),
+                slots,
+            }
+        })
+        .collect()
+}
+
+fn cluster_nodes(con: &mut Connection) -> redis::RedisResult<Vec<Entry>> {
+    let text: String = redis::cmd("CLUSTER").arg("NODES").query(con)?;
+    Ok(parse_cluster_nodes(&text))
+}
+
+/// Polls `check` until it passes; panics with its last complaint after `within`.
+fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + within;
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(why) if Instant::now() >= deadline => panic!("{what}: {why}"),
+            Err(_) => sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Three primaries, one replica each.
+struct Cluster {
+    nodes: Vec<Node>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let nodes: Vec<Node> = (0..6).map(|_| Node::start()).collect();
+        let cluster = Cluster { nodes };
+        let out = Command::new(cli_binary())
+            .args(["--cluster", "create"])
+            .args(cluster.nodes.iter().map(Node::addr))
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run valkey-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "valkey-cli --cluster create failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster.wait_stable(Duration::from_secs(60));
+        // Three primaries, each with exactly one linked replica.
+        let entries = cluster_nodes(&mut cluster.nodes[0].conn()).unwrap();
+        let primaries: Vec<&Entry> = entries.iter().filter(|e| e.has_flag("master")).collect();
+        assert_eq!(primaries.len(), 3, "{entries:?}");
+        for p in &primaries {
+            let replicas = entries
+                .iter()
+                .filter(|e| e.primary.as_deref() == Some(p.id.as_str()))
+                .count();
+            assert_eq!(replicas, 1, "replicas of {}: {entries:?}", p.port);
+        }
+        cluster
+    }
+
+    /// Waits until every live node reports `cluster_state:ok`, all of them
+    /// agree on which primary serves which slots (all 16384 covered), every
+    /// replica's link to its primary is up, and every primary that has a
+    /// replica sees it connected.
+    fn wait_stable(&self, within: Duration) {
+        wait_until("cluster did not settle", within, || self.check_stable());
+    }
+
+    fn check_stable(&self) -> Result<(), String> {
+        let mut agreed: Option<Vec<(u16, u16, u16)>> = None;
+        for node in self.nodes.iter().filter(|n| n.is_up()) {
+            let mut con = node.try_conn().map_err(|e| e.to_string())?;
+            let state = cluster_state(&mut con)?;
+            if state != "ok" {
+                return Err(format!("{}: cluster_state:{state}", node.port));
+            }
+            let entries = cluster_nodes(&mut con).map_err(|e| e.to_string())?;
+            let mut map: Vec<(u16, u16, u16)> = entries
+                .iter()
+                .filter(|e| e.has_flag("master") && !e.has_flag("fail"))
+                .flat_map(|e| e.slots.iter().map(move |&(a, b)| (a, b, e.port)))
+                .collect();
+            map.sort();
+            let covered: u32 = map.iter().map(|&(a, b, _)| u32::from(b - a) + 1).sum();
+            if covered != SLOTS {
+                return Err(format!("{} sees {covered} slots served", node.port));
+            }
+            match &agreed {
+                None => agreed = Some(map),
+                Some(first) if *first != map => {
+                    return Err(format!("{} disagrees on slot owners", node.port))
+                }
+                Some(_) => {}
+            }
+            let me = entries
+                .iter()
+                .find(|e| e.has_flag("myself"))
+                .ok_or("no myself entry")?;
+            if me.has_flag("slave") {
+                let link = info_field_try(&mut con, "replication", "master_link_status")?;
+                if link != "up" {
+                    return Err(format!("replica {}: master_link_status:{link}", node.port));
+                }
+            } else {
+                let live_replicas = entries
+                    .iter()
+                    .filter(|e| e.primary.as_deref() == Some(me.id.as_str()))
+                    .filter(|e| self.port_is_up(e.port))
+                    .count();
+                let connected = info_field_try(&mut con, "replication", "connected_slaves")?;
+                if connected != live_replicas.to_string() {
+                    return Err(format!(
+                        "primary {}: connected_slaves:{connected}, expected {live_replicas}",
+                        node.port
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn port_is_up(&self, port: u16) -> bool {
+        self.nodes.iter().any(|n| n.port == port && n.is_up())
+    }
+
+    fn index_of_port(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"))
+    }
+
+    /// The topology as a live node sees it.
+    fn entries(&self) -> Vec<Entry> {
+        let node = self.nodes.iter().find(|n| n.is_up()).expect("a live node");
+        cluster_nodes(&mut node.conn()).expect("CLUSTER NODES")
+    }
+
+    fn conn(&self, i: usize) -> Connection {
+        self.nodes[i].conn()
+    }
+
+    fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    fn id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.conn(i))
+            .expect("CLUSTER MYID")
+    }
+
+    /// Indexes of the live primaries that serve slots.
+    fn primaries(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .entries()
+            .iter()
+            .filter(|e| e.has_flag("master") && !e.has_flag("fail") && !e.slots.is_empty())
+            .map(|e| self.index_of_port(e.port))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The index of the primary serving `slot`.
+    fn owner(&self, slot: u16) -> usize {
+        let entries = self.entries();
+        let owner = entries
+            .iter()
+            .filter(|e| e.has_flag("master") && !e.has_flag("fail"))
+            .find(|e| e.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
+            .unwrap_or_else(|| panic!("nobody serves slot {slot}: {entries:?}"));
+        self.index_of_port(owner.port)
+    }
+
+    /// The index of the replica of primary `i`.
+    fn replica_of(&self, i: usize) -> usize {
+        let id = self.id(i);
+        let entries = self.entries();
+        let replica = entries
+            .iter()
+            .find(|e| e.primary.as_deref() == Some(id.as_str()) && self.port_is_up(e.port))
+            .unwrap_or_else(|| panic!("no replica of {}: {entries:?}", self.port(i)));
+        self.index_of_port(replica.port)
+    }
+
+    fn keyslot(&self, key: &str) -> u16 {
+        let node = self.nodes.iter().find(|n| n.is_up()).expect("a live node");
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut node.conn())
+            .expect("CLUSTER KEYSLOT")
+    }
+
+    /// A cluster client seeded with every live node.
+    fn client(&self) -> redis::cluster::ClusterConnection {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_up())
+            .map(Node::url)
+            .collect();
+        redis::cluster::ClusterClient::new(urls)
+            .and_then(|client| client.get_connection())
+            .expect("cluster connection")
+    }
+
+    /// The logs of every node, for a failure message.
+    fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let log = n.log();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- node {} ---\n{}", n.port, tail.join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// `cluster_state` from `CLUSTER INFO`.
+fn cluster_state(con: &mut Connection) -> Result<String, String> {
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(con)
+        .map_err(|e| e.to_string())?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster_state:"))
+        .unwrap_or("")
+        .trim()
+        .to_string())
+}
+
+fn info_field_try(con: &mut Connection, section: &str, field: &str) -> Result<String, String> {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query(con)
+        .map_err(|e| e.to_string())?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or("")
+        .trim()
+        .to_string())
+}
+
+fn retry<C: redis::ConnectionLike>(
+    con: &mut C,
+    schedule: &str,
+    job: &str,
+    policy: &str,
+    attempts: u64,
+) -> redis::RedisResult<i64> {
+    redis::cmd("ECHO.RETRY")
+        .arg(schedule)
+        .arg(job)
+        .arg(policy)
+        .arg(attempts)
+        .query(con)
+}
+
+fn promote<C: redis::ConnectionLike>(
+    con: &mut C,
+    schedule: &str,
+    pending: &str,
+) -> redis::RedisResult<i64> {
+    redis::cmd("ECHO.PROMOTE")
+        .arg(schedule)
+        .arg(pending)
+        .query(con)
+}
+
+/// The error a call was expected to give, as the server wrote it.
+fn refused<T: std::fmt::Debug>(result: redis::RedisResult<T>, what: &str) -> String {
+    match result {
+        Ok(v) => panic!("{what}: expected an error, got {v:?}"),
+        Err(e) => error_text(&e),
+    }
+}
+
+/// `ZRANGE key 0 -1 WITHSCORES`: member -> score exactly as the server prints it.
+fn schedule_of(con: &mut Connection, key: &str) -> BTreeMap<String, String> {
+    let pairs: Vec<(String, String)> = redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(con)
+        .expect("ZRANGE");
+    pairs.into_iter().collect()
+}
+
+/// `ZRANGE key 0 -1 WITHSCORES` in the set's order.
+fn schedule_in_order(con: &mut Connection, key: &str) -> Vec<(String, String)> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(con)
+        .expect("ZRANGE")
+}
+
+fn list_of(con: &mut Connection, key: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .expect("LRANGE")
+}
+
+fn wait_replicas(con: &mut Connection, timeout_ms: u64) -> redis::RedisResult<i64> {
+    redis::cmd("WAIT").arg(1).arg(timeout_ms).query(con)
+}
+
+fn echomq_stat(con: &mut Connection, field: &str) -> u64 {
+    info_field(con, "echomq", field)
+        .parse()
+        .unwrap_or_else(|_| panic!("INFO echomq has no {field}"))
+}
+
+#[test]
+fn commands_route_to_the_slot_owner_and_redirect_elsewhere() {
+    let cluster = Cluster::start();
+    let (schedule, pending) = ("{route}:schedule", "{route}:pending");
+    let slot = cluster.keyslot(schedule);
+    assert_eq!(cluster.keyslot(pending), slot, "a hash tag shares the slot");
+    let owner = cluster.owner(slot);
+    let owner_addr = cluster.nodes[owner].addr();
+    let mut con = cluster.conn(owner);
+
+    // The owner accepts both commands.
+    let fire = retry(&mut con, schedule, "job-1", "fixed:0", 1).expect("ECHO.RETRY on the owner");
+    let score: i64 = redis::cmd("ZSCORE")
+        .arg(schedule)
+        .arg("job-1")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(score, fire);
+    assert_eq!(promote(&mut con, schedule, pending).unwrap(), 1);
+    let popped: String = redis::cmd("RPOP").arg(pending).query(&mut con).unwrap();
+    assert_eq!(popped, "job-1");
+
+    // Every other primary, and the owner's own replica (even in READONLY
+    // mode: these are writes), redirects to the owner, and the module never
+    // runs there.
+    let moved = format!("MOVED {slot} {owner_addr}");
+    let others: Vec<usize> = cluster
+        .primaries()
+        .into_iter()
+        .filter(|&i| i != owner)
+        .collect();
+    assert_eq!(others.len(), 2);
+    let replica = cluster.replica_of(owner);
+    for &i in others.iter().chain([&replica]) {
+        let mut other = cluster.conn(i);
+        if i == replica {
+            let _: () = redis::cmd("READONLY").query(&mut other).unwrap();
+        }
+        let what = format!("ECHO.RETRY on {}", cluster.port(i));
+        assert_eq!(
+            refused(retry(&mut other, schedule, "job-2", "fixed:0", 1), &what),
+            moved,
+            "{what}"
+        );
+        let what = format!("ECHO.PROMOTE on {}", cluster.port(i));
+        assert_eq!(
+            refused(promote(&mut other, schedule, pending), &what),
+            moved,
+            "{what}"
+        );
+        assert_eq!(echomq_stat(&mut other, "echomq_retries"), 0);
+        assert_eq!(echomq_stat(&mut other, "echomq_promote_calls"), 0);
+    }
+    let card: i64 = redis::cmd("ZCARD").arg(schedule).query(&mut con).unwrap();
+    assert_eq!(card, 0, "no redirected call wrote anything");
+
+    // valkey-cli: without -c it prints the redirect; with -c it follows it.
+    let cli = |args: &[&str]| {
+        let out = Command::new(cli_binary())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run valkey-cli");
+        assert!(out.status.success(), "valkey-cli {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let other_port = cluster.port(others[0]).to_string();
+    let printed = cli(&[
+        "-p",
+        &other_port,
+        "ECHO.RETRY",
+        schedule,
+        "cli-job",
+        "fixed:60000",
+        "1",
+    ]);
+    assert!(printed.contains(&moved), "valkey-cli without -c: {printed}");
+    let printed = cli(&[
+        "-c",
+        "-p",
+        &other_port,
+        "ECHO.RETRY",
+        schedule,
+        "cli-job",
+        "fixed:60000",
+        "1",
+    ]);
+    let fire: i64 = printed
+        .parse()
+        .unwrap_or_else(|_| panic!("valkey-cli -c ECHO.RETRY printed {printed:?}"));
+    let score: i64 = redis::cmd("ZSCORE")
+        .arg(schedule)
+        .arg("cli-job")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(score, fire, "valkey-cli -c wrote on the owner");
+    let printed = cli(&["-c", "-p", &other_port, "ECHO.PROMOTE", schedule, pending]);
+    assert_eq!(printed, "0", "nothing due: the job fires in a minute");
+
+    // The redis-rs cluster client routes by the first key: one queue on each
+    // primary, each retried, promoted and consumed through the client.
+    let mut client = cluster.client();
+    let mut served_by = BTreeSet::new();
+    for i in 0..200 {
+        if served_by.len() == 3 {
+            break;
+        }
+        let tag = format!("{{q{i}}}");
+        let owner = cluster.owner(cluster.keyslot(&tag));
+        if served_by.contains(&owner) {
+            continue;
+        }
+        served_by.insert(owner);
+        let (s, p) = (format!("{tag}:schedule"), format!("{tag}:pending"));
+        let job = format!("job-of-{tag}");
+        let fire = retry(&mut client, &s, &job, "fixed:0", 3).expect("ECHO.RETRY via cluster");
+        let score: i64 = redis::cmd("ZSCORE")
+            .arg(&s)
+            .arg(&job)
+            .query(&mut cluster.conn(owner))
+            .unwrap();
+        assert_eq!(score, fire, "written on the owner of {tag}");
+        assert_eq!(
+            promote(&mut client, &s, &p).expect("ECHO.PROMOTE via cluster"),
+            1
+        );
+        let len: i64 = redis::cmd("LLEN")
+            .arg(&p)
+            .query(&mut cluster.conn(owner))
+            .unwrap();
+        assert_eq!(len, 1, "pushed on the owner of {tag}");
+        let popped: String = redis::cmd("RPOP").arg(&p).query(&mut client).unwrap();
+        assert_eq!(popped, job);
+    }
+    assert_eq!(served_by.len(), 3, "queues on all three primaries");
+}
+
+#[test]
+fn a_hash_tagged_queue_retries_promotes_and_is_consumed_on_its_owner() {
+    let cluster = Cluster::start();
+    let (schedule, pending) = ("{orders}:schedule", "{orders}:pending");
+    let slot = cluster.keyslot(schedule);
+    assert_eq!(cluster.keyslot(pending), slot);
+    let owner = cluster.owner(slot);
+    let mut con = cluster.conn(owner);
+
+    // A consumer already waiting on the owner.
+    let consumer_con = cluster.conn(owner);
+    let consumer = thread::spawn(move || {
+        let mut con = consumer_con;
+        let got: Option<(String, String)> = redis::cmd("BRPOP")
+            .arg("{orders}:pending")
+            .arg(20)
+            .query(&mut con)
+            .expect("BRPOP");
+        got
+    });
+    wait_blocked_clients(&mut con, 1);
+
+    for (i, attempts) in [(1, 1), (2, 4), (3, 2), (4, 9), (5, 3)] {
+        retry(
+            &mut con,
+            schedule,
+            &format!("order-{i}"),
+            "fixed:0",
+            attempts,
+        )
+        .unwrap();
+    }
+    let late = retry(&mut con, schedule, "order-late", "fixed:600000", 1).unwrap();
+    let due: Vec<String> = schedule_in_order(&mut con, schedule)
+        .into_iter()
+        .map(|(member, _)| member)
+        .filter(|m| m != "order-late")
+        .collect();
+    assert_eq!(due.len(), 5);
+
+    assert_eq!(promote(&mut con, schedule, pending).unwrap(), 5);
+    let left = schedule_of(&mut con, schedule);
+    assert_eq!(
+        left,
+        BTreeMap::from([("order-late".to_string(), late.to_string())])
+    );
+
+    // First due, first out: the consumer got the earliest, RPOP the rest in order.
+    let woke = consumer.join().unwrap();
+    assert_eq!(woke, Some((pending.to_string(), due[0].clone())));
+    let mut consumed = vec![due[0].clone()];
+    while let Some(job) = redis::cmd("RPOP")
+        .arg(pending)
+        .query::<Option<String>>(&mut con)
+        .unwrap()
+    {
+        consumed.push(job);
+    }
+    assert_eq!(consumed, due);
+    assert_eq!(echomq_stat(&mut con, "echomq_promoted"), 5);
+}
+
+#[test]
+fn promote_across_slots_is_refused_with_crossslot_and_moves_nothing() {
+    let cluster = Cluster::start();
+    let schedule = "{east}:schedule";
+    let slot = cluster.keyslot(schedule);
+    let owner = cluster.owner(slot);
+    // One pending key on the same node in another slot, one on another node.
+    let mut same_node = None;
+    let mut other_node = None;
+    for i in 0..500 {
+        if same_node.is_some() && other_node.is_some() {
+            break;
+        }
+        let key = format!("{{west{i}}}:pending");
+        let s = cluster.keyslot(&key);
+        if s == slot {
+            continue;
+        }
+        if cluster.owner(s) == owner {
+            same_node.get_or_insert(key);
+        } else {
+            other_node.get_or_insert(key);
+        }
+    }
+    let pendings = [same_node.unwrap(), other_node.unwrap()];
+
+    let mut con = cluster.conn(owner);
+    for i in 0..3 {
+        retry(&mut con, schedule, &format!("job-{i}"), "fixed:0", 1).unwrap();
+    }
+    let before = schedule_of(&mut con, schedule);
+    assert_eq!(before.len(), 3);
+    let mut client = cluster.client();
+    for pending in &pendings {
+        let err = refused(promote(&mut con, schedule, pending), "ECHO.PROMOTE");
+        assert!(err.starts_with("CROSSSLOT"), "{pending}: {err}");
+        let err = refused(
+            promote(&mut client, schedule, pending),
+            "cluster ECHO.PROMOTE",
+        );
+        assert!(
+            err.contains("CROSSSLOT"),
+            "cluster client, {pending}: {err}"
+        );
+        let pending_owner = cluster.owner(cluster.keyslot(pending));
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(pending)
+            .query(&mut cluster.conn(pending_owner))
+            .unwrap();
+        assert_eq!(exists, 0, "{pending} was not created");
+    }
+    // All three jobs are due, yet none moved: the module never ran.
+    assert_eq!(schedule_of(&mut con, schedule), before);
+    assert_eq!(echomq_stat(&mut con, "echomq_promote_calls"), 0);
+    // The same schedule with a pending key in its own slot does move them.
+    assert_eq!(promote(&mut con, schedule, "{east}:pending").unwrap(), 3);
+}
+
+#[test]
+fn a_live_queue_survives_resharding_to_another_primary() {
+    let cluster = Cluster::start();
+    let (schedule, pending) = ("{live}:schedule", "{live}:pending");
+    let slot = cluster.keyslot(schedule);
+    let a = cluster.owner(slot);
+    let primaries = cluster.primaries();
+    let b = *primaries.iter().find(|&&i| i != a).unwrap();
+    let (a_id, b_id) = (cluster.id(a), cluster.id(b));
+    let (a_addr, b_addr) = (cluster.nodes[a].addr(), cluster.nodes[b].addr());
+    let mut on_a = cluster.conn(a);
+    let mut on_b = cluster.conn(b);
+
+    // A live queue: jittered future retries, plus work already pending.
+    for i in 0..40 {
+        retry(&mut on_a, schedule, &format!("job-{i}"), FAR, i + 25).unwrap();
+    }
+    for i in 0..3 {
+        retry(&mut on_a, schedule, &format!("due-{i}"), "fixed:0", 1).unwrap();
+    }
+    assert_eq!(promote(&mut on_a, schedule, pending).unwrap(), 3);
+    let mut expected = schedule_of(&mut on_a, schedule);
+    let expected_pending = list_of(&mut on_a, pending);
+    assert_eq!(expected.len(), 40);
+    assert_eq!(expected_pending.len(), 3);
+
+    let setslot = |con: &mut Connection, args: &[&str]| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot).arg(args);
+        let _: () = cmd
+            .query(con)
+            .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {args:?}: {e}"));
+    };
+    let migrate = |con: &mut Connection, key: &str| {
+        let reply: String = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(cluster.port(b))
+            .arg("")
+            .arg(0)
+            .arg(10_000)
+            .arg("KEYS")
+            .arg(key)
+            .query(con)
+            .expect("MIGRATE");
+        assert_eq!(reply, "OK");
+    };
+    setslot(&mut on_b, &["IMPORTING", &a_id]);
+    setslot(&mut on_a, &["MIGRATING", &b_id]);
+    // While both keys are still on A, A serves the queue (nothing due).
+    assert_eq!(promote(&mut on_a, schedule, pending).unwrap(), 0);
+
+    // Half way: the schedule on B, the pending list still on A.
+    migrate(&mut on_a, schedule);
+    let err = refused(promote(&mut on_a, schedule, pending), "promote mid-move");
+    assert!(err.starts_with("TRYAGAIN"), "{err}");
+    assert_eq!(
+        refused(retry(&mut on_a, schedule, "x", "fixed:0", 1), "retry on A"),
+        format!("ASK {slot} {b_addr}")
+    );
+    assert_eq!(
+        refused(retry(&mut on_b, schedule, "x", "fixed:0", 1), "retry on B"),
+        format!("MOVED {slot} {a_addr}")
+    );
+    let _: () = redis::cmd("ASKING").query(&mut on_b).unwrap();
+    let asked = retry(&mut on_b, schedule, "asked", "fixed:3600000", 1).expect("ASKING retry");
+    expected.insert("asked".into(), asked.to_string());
+
+    migrate(&mut on_a, pending);
+    let left: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(10)
+        .query(&mut on_a)
+        .unwrap();
+    assert!(left.is_empty(), "{left:?} still on A");
+    let third = *primaries.iter().find(|&&i| i != a && i != b).unwrap();
+    setslot(&mut on_b, &["NODE", &b_id]);
+    setslot(&mut on_a, &["NODE", &b_id]);
+    setslot(&mut cluster.conn(third), &["NODE", &b_id]);
+    wait_until(
+        "all nodes see the slot on B",
+        Duration::from_secs(30),
+        || {
+            cluster.check_stable()?;
+            if cluster.owner(slot) == b {
+                Ok(())
+            } else {
+                Err(format!("slot {slot} not yet on {}", cluster.port(b)))
+            }
+        },
+    );
+
+    // The schedule is intact on B, exact scores included, and so is pending.
+    assert_eq!(schedule_of(&mut on_b, schedule), expected);
+    assert_eq!(list_of(&mut on_b, pending), expected_pending);
+    assert_eq!(
+        refused(retry(&mut on_a, schedule, "x", "fixed:0", 1), "retry on A"),
+        format!("MOVED {slot} {b_addr}")
+    );
+
+    // B runs the queue now.
+    let fire = retry(&mut on_b, schedule, "after-move", "fixed:0", 1).unwrap();
+    let score: i64 = redis::cmd("ZSCORE")
+        .arg(schedule)
+        .arg("after-move")
+        .query(&mut on_b)
+        .unwrap();
+    assert_eq!(score, fire);
+    assert_eq!(promote(&mut on_b, schedule, pending).unwrap(), 1);
+    let mut now_pending = vec!["after-move".to_string()];
+    now_pending.extend(expected_pending.iter().cloned());
+    assert_eq!(list_of(&mut on_b, pending), now_pending);
+    let oldest: String = redis::cmd("RPOP").arg(pending).query(&mut on_b).unwrap();
+    assert_eq!(
+        &oldest,
+        expected_pending.last().unwrap(),
+        "oldest work first"
+    );
+
+    // A fresh cluster client finds the queue on B.
+    let mut client = cluster.client();
+    let fire = retry(&mut client, schedule, "via-client", "fixed:1000", 1).unwrap();
+    let score: i64 = redis::cmd("ZSCORE")
+        .arg(schedule)
+        .arg("via-client")
+        .query(&mut on_b)
+        .unwrap();
+    assert_eq!(score, fire);
+
+    // B's replica holds the same data as B.
+    let mut b_replica = cluster.conn(cluster.replica_of(b));
+    wait_replica_synced(&mut on_b, &mut b_replica);
+    assert_eq!(digest(&mut b_replica), digest(&mut on_b));
+}
+
+#[test]
+fn acknowledged_retries_survive_the_failover_of_their_primary() {
+    let mut cluster = Cluster::start();
+    let (schedule, pending) = ("{fo}:schedule", "{fo}:pending");
+    let slot = cluster.keyslot(schedule);
+    let primary = cluster.owner(slot);
+    let replica = cluster.replica_of(primary);
+    let replica_addr = cluster.nodes[replica].addr();
+
+    // A writer retries job after job; each counts as acknowledged once the
+    // reply came back and WAIT confirmed the replica has it. It runs until
+    // the primary dies under it.
+    let acked: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
+    let writer = {
+        let acked = Arc::clone(&acked);
+        let mut con = cluster.conn(primary);
+        thread::spawn(move || {
+            for i in 0u64.. {
+                let job = format!("job-{i}");
+                let Ok(fire) = retry(&mut con, schedule, &job, FAR, i % 20 + 25) else {
+                    return;
+                };
+                match wait_replicas(&mut con, 5000) {
+                    Ok(n) if n >= 1 => acked.lock().unwrap().push((job, fire)),
+                    Ok(n) => panic!("WAIT 1 replied {n} with the replica up"),
+                    Err(_) => return,
+                }
+            }
+        })
+    };
+    wait_until(
+        "the writer got going",
+        Duration::from_secs(20),
+        || match acked.lock().unwrap().len() {
+            n if n >= 50 => Ok(()),
+            n => Err(format!("{n} acknowledged")),
+        },
+    );
+    cluster.nodes[primary].kill();
+    writer.join().expect("writer");
+    let acked = acked.lock().unwrap().clone();
+
+    // Automatic failover: the replica is elected and the cluster is whole again.
+    let logs_on_panic = || cluster.logs();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut con = cluster.conn(replica);
+    while info_field(&mut con, "replication", "role") != "master" {
+        assert!(
+            Instant::now() < deadline,
+            "the replica was not promoted\n{}",
+            logs_on_panic()
+        );
+        sleep(Duration::from_millis(100));
+    }
+    cluster.wait_stable(Duration::from_secs(30));
+    assert_eq!(cluster.owner(slot), replica);
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut con).unwrap();
+    assert_eq!(role[0], Value::BulkString(b"master".to_vec()));
+
+    // Every acknowledged retry is there, with the very score that was replied.
+    let held = schedule_of(&mut con, schedule);
+    for (job, fire) in &acked {
+        assert_eq!(
+            held.get(job),
+            Some(&fire.to_string()),
+            "{job} (acknowledged at {fire}) after failover"
+        );
+    }
+    // At most the one in flight when the primary died went unacknowledged.
+    assert!(held.len() <= acked.len() + 1, "{} held", held.len());
+
+    // The new primary runs the queue; the others redirect to it.
+    let fire = retry(&mut con, schedule, "after-failover", "fixed:0", 1).unwrap();
+    let score: i64 = redis::cmd("ZSCORE")
+        .arg(schedule)
+        .arg("after-failover")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(score, fire);
+    assert_eq!(promote(&mut con, schedule, pending).unwrap(), 1);
+    let popped: String = redis::cmd("RPOP").arg(pending).query(&mut con).unwrap();
+    assert_eq!(popped, "after-failover");
+    for other in cluster.primaries().into_iter().filter(|&i| i != replica) {
+        assert_eq!(
+            refused(
+                retry(&mut cluster.conn(other), schedule, "x", "fixed:0", 1),
+                "retry elsewhere"
+            ),
+            format!("MOVED {slot} {replica_addr}")
+        );
+    }
+    let mut client = cluster.client();
+    let fire = retry(&mut client, schedule, "via-client", "fixed:0", 1).unwrap();
+    assert_eq!(
+        schedule_of(&mut con, schedule).get("via-client"),
+        Some(&fire.to_string())
+    );
+    assert_eq!(promote(&mut client, schedule, pending).unwrap(), 1);
+}
+
+#[test]
+fn replicas_receive_the_effects_not_the_commands() {
+    let cluster = Cluster::start();
+    let (schedule, pending) = ("{fx}:schedule", "{fx}:pending");
+    let slot = cluster.keyslot(schedule);
+    let primary = cluster.owner(slot);
+    let replica = cluster.replica_of(primary);
+    let mut con = cluster.conn(primary);
+    let mut rcon = cluster.conn(replica);
+
+    // A burst of jittered retries (some reschedule a job already there),
+    // with promotions in between, some of them moving work.
+    let policies = [
+        "jitter:exponential:1:40",
+        "jitter:fixed:20",
+        "jitter:jitter:exponential:100:10000",
+        "jitter:fixed:0",
+    ];
+    let mut moved = 0;
+    for i in 0..400u64 {
+        let job = format!("job-{}", i % 250);
+        retry(
+            &mut con,
+            schedule,
+            &job,
+            policies[i as usize % 4],
+            i % 7 + 1,
+        )
+        .unwrap();
+        if i % 40 == 39 {
+            moved += promote(&mut con, schedule, pending).unwrap();
+            sleep(Duration::from_millis(5));
+        }
+    }
+    sleep(Duration::from_millis(50));
+    moved += promote(&mut con, schedule, pending).unwrap();
+    assert!(moved > 0, "some work was promoted");
+    let card: i64 = redis::cmd("ZCARD").arg(schedule).query(&mut con).unwrap();
+    assert!(card > 0, "some work still scheduled");
+
+    let acked = wait_replicas(&mut con, 10_000).expect("WAIT");
+    assert!(acked >= 1, "WAIT 1 replied {acked}");
+    let primary_digest = digest(&mut con);
+    assert_ne!(primary_digest, "0".repeat(40));
+    assert_eq!(digest(&mut rcon), primary_digest, "replica == primary");
+    let _: () = redis::cmd("READONLY").query(&mut rcon).unwrap();
+    assert_eq!(
+        schedule_of(&mut rcon, schedule),
+        schedule_of(&mut con, schedule),
+        "same members, same scores"
+    );
+    assert_eq!(list_of(&mut rcon, pending), list_of(&mut con, pending));
+
+    // The replica ran ZADD/ZREM/LPUSH, never an ECHO.* command.
+    let stats = |con: &mut Connection| -> Vec<String> {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+        info.lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_"))
+            .filter_map(|l| l.split(':').next())
+            // module commands are listed as registered: ECHO.RETRY
+            .map(str::to_ascii_lowercase)
+            .collect()
+    };
+    let on_primary = stats(&mut con);
+    for name in ["echo.retry", "echo.promote"] {
+        assert!(on_primary.iter().any(|n| n == name), "{on_primary:?}");
+    }
+    let on_replica = stats(&mut rcon);
+    assert!(
+        !on_replica.iter().any(|n| n.starts_with("echo.")),
+        "the replica ran a module command: {on_replica:?}"
+    );
+    for name in ["zadd", "zrem", "lpush"] {
+        assert!(on_replica.iter().any(|n| n == name), "{on_replica:?}");
+    }
+    assert_eq!(echomq_stat(&mut rcon, "echomq_retries"), 0);
+    assert_eq!(echomq_stat(&mut rcon, "echomq_promote_calls"), 0);
+
+    // The read-only ECHO.SPREAD serves reads from the replica, alike.
+    let now = server_time_ms(&mut con);
+    let spread = |c: &mut Connection| -> Vec<i64> {
+        redis::cmd("ECHO.SPREAD")
+            .arg(schedule)
+            .arg(now - 60_000)
+            .arg(now + 60_000)
+            .arg(24)
+            .query(c)
+            .expect("ECHO.SPREAD")
+    };
+    let on_replica = spread(&mut rcon);
+    assert_eq!(on_replica, spread(&mut con));
+    assert_eq!(
+        on_replica.iter().sum::<i64>(),
+        card,
+        "every scheduled job counted"
+    );
+}
