@@ -1,0 +1,716 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of echomq against native commands and Lua.
+
+Run by scripts/bench.sh (`make bench`), which starts and stops the server.
+Every row is measured in the same run as the rows it is compared with:
+each section runs ROUNDS interleaved rounds (the order of the variants
+rotates from round to round) and reports the median per row, so a burst of
+load from other work on the machine hits all variants alike.
+
+Python 3 standard library only. Usage:
+  bench.py --port PORT [--rounds N] [--quick]
+  bench.py --port PORT --workload NAME --seconds S   (for profiling)
+"""
+
+import argparse
+import csv
+import io
+import multiprocessing
+import os
+import platform
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LUA = os.path.join(HERE, "lua")
+
+
+# --------------------------------------------------------------------------
+# A minimal RESP2 client.
+
+class ReplyError(Exception):
+    pass
+
+
+def encode(args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, bytes):
+            b = a
+        elif isinstance(a, str):
+            b = a.encode()
+        else:
+            b = str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+class Conn:
+    def __init__(self, port, host="127.0.0.1"):
+        self.sock = socket.create_connection((host, port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.f = self.sock.makefile("rb", buffering=1 << 20)
+
+    def read(self):
+        line = self.f.readline()
+        if not line:
+            raise ConnectionError("server closed the connection")
+        t, rest = line[:1], line[1:-2]
+        if t == b"+":
+            return rest
+        if t == b"-":
+            return ReplyError(rest.decode(errors="replace"))
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.f.read(n + 2)
+            return data[:-2]
+        if t == b"*":
+            n = int(rest)
+            if n < 0:
+                return None
+            return [self.read() for _ in range(n)]
+        raise ConnectionError("bad reply line %r" % line)
+
+    def call(self, *args):
+        self.sock.sendall(encode(args))
+        r = self.read()
+        if isinstance(r, ReplyError):
+            raise r
+        return r
+
+    def pipeline(self, cmds, check=True):
+        self.sock.sendall(b"".join(encode(c) for c in cmds))
+        replies = [self.read() for _ in cmds]
+        if check:
+            for r in replies:
+                if isinstance(r, ReplyError):
+                    raise r
+        return replies
+
+    def close(self):
+        self.f.close()
+        self.sock.close()
+
+
+def info(conn, section):
+    text = conn.call("INFO", section).decode()
+    out = {}
+    for line in text.splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k] = v
+    return out
+
+
+def cmdstats(conn):
+    """{command name (lower case): (calls, usec)} since the last RESETSTAT."""
+    out = {}
+    for k, v in info(conn, "commandstats").items():
+        if not k.startswith("cmdstat_"):
+            continue
+        fields = dict(f.split("=", 1) for f in v.split(","))
+        out[k[len("cmdstat_"):].lower()] = (int(fields["calls"]), int(fields["usec"]))
+    return out
+
+
+def usec_per_call(stats, name, per=None):
+    calls, usec = stats.get(name, (0, 0))
+    n = per if per is not None else calls
+    return usec / n if n else float("nan")
+
+
+# --------------------------------------------------------------------------
+# Helpers.
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def rotate(items, r):
+    r %= len(items)
+    return items[r:] + items[:r]
+
+
+def load_script(conn, name):
+    with open(os.path.join(LUA, name), "rb") as f:
+        return conn.call("SCRIPT", "LOAD", f.read()).decode()
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def settle(conn):
+    """Waits until the server has freed what DEL/FLUSHALL handed to its
+    background thread (lazyfree is on by default in Valkey 8), so that work
+    does not overlap the next measurement."""
+    for _ in range(600):
+        if int(info(conn, "memory").get("lazyfree_pending_objects", "0")) == 0:
+            return
+        time.sleep(0.05)
+
+
+# not-yet-due members in the promotion section's schedules
+FUTURE = 10_000
+
+
+class Bench:
+    def __init__(self, port, rounds, quick):
+        self.port = port
+        self.rounds = rounds
+        self.quick = quick
+        self.c = Conn(port)
+        self.sha = {
+            "retry": load_script(self.c, "retry.lua"),
+            "promote": load_script(self.c, "promote.lua"),
+            "fill": load_script(self.c, "fill.lua"),
+        }
+        with open(os.path.join(LUA, "retry_function.lua"), "rb") as f:
+            self.c.call("FUNCTION", "LOAD", "REPLACE", f.read())
+        self.rows = []  # (section, row, value, unit, server_us, ratio, goal)
+        self.bench_cmds = []
+
+    def fill(self, key, n, first_score, step, prefix, first_index=0):
+        """Adds n members server-side (set-up, never measured)."""
+        return self.c.call("EVALSHA", self.sha["fill"], 1, key, n, first_score,
+                           step, prefix, first_index)
+
+    def fill_due(self, key, n):
+        # scores in the past (10^7 ms ago and on), distinct and increasing
+        return self.fill(key, n, now_ms() - 10_000_000, 1, "job:", 0)
+
+    def add(self, section, row, value, unit, server_us="", ratio="", goal="", samples=None,
+            fmt="%.0f"):
+        span = ""
+        if samples:
+            span = (fmt + "–" + fmt) % (min(samples), max(samples))
+        self.rows.append((section, row, value, span, unit, server_us, ratio, goal))
+
+    # ----------------------------------------------------------------------
+    def throughput(self):
+        n = 60_000 if self.quick else 300_000
+        keyspace = 100_000
+        base = ["valkey-benchmark", "-h", "127.0.0.1", "-p", str(self.port),
+                "-c", "50", "-P", "16", "-n", str(n), "-r", str(keyspace), "--csv"]
+        # Every row: the same member spread (job:<12 digits>, 10^5 distinct)
+        # and key length. Score spread matters as much as the command: a set
+        # whose members share few distinct scores pays a member comparison
+        # (sdscmp) at every tie on each skiplist step. The jittered retry
+        # leaves ~1200-1500 distinct scores (now + 0..400 ms over the run) at
+        # random positions; "500000__rand_int__e-5" is 5*10^12 + R/10^5 with
+        # R < 10^5, which doubles round to 1024 distinct values (13 integer
+        # digits like a Unix ms): the same tie density, at random positions.
+        # The second ZADD row, 1__rand_int__, has ~58000 distinct scores.
+        variants = [
+            ("ZADD, ~1000 distinct scores (reference)", "tp:zadd", "zadd",
+             ["ZADD", "tp:zadd", "500000__rand_int__e-5", "job:__rand_int__"]),
+            ("ZADD, ~58000 distinct scores", "tp:zdst", "zadd",
+             ["ZADD", "tp:zdst", "1__rand_int__", "job:__rand_int__"]),
+            ("ECHO.RETRY fixed:1000 3", "tp:fixd", "echo.retry",
+             ["ECHO.RETRY", "tp:fixd", "job:__rand_int__", "fixed:1000", "3"]),
+            ("ECHO.RETRY jitter:exponential:100:10000 3", "tp:jitr", "echo.retry",
+             ["ECHO.RETRY", "tp:jitr", "job:__rand_int__",
+              "jitter:exponential:100:10000", "3"]),
+            ("Lua EVALSHA jittered retry", "tp:eval", "evalsha",
+             ["EVALSHA", self.sha["retry"], "1", "tp:eval", "job:__rand_int__",
+              "100", "10000", "3"]),
+            ("FCALL jittered retry", "tp:fcal", "fcall",
+             ["FCALL", "echobench_retry", "1", "tp:fcal", "job:__rand_int__",
+              "100", "10000", "3"]),
+        ]
+        for _, _, _, cmd in variants:
+            self.bench_cmds.append(" ".join(base + cmd))
+        rps = {v[0]: [] for v in variants}
+        us = {v[0]: [] for v in variants}
+        distinct = {}
+
+        def run(cmd, requests):
+            args = list(base)
+            args[args.index("-n") + 1] = str(requests)
+            p = subprocess.run(args + cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise RuntimeError("valkey-benchmark failed: %s" % p.stderr.strip())
+            rows = list(csv.reader(io.StringIO(p.stdout)))
+            if len(rows) < 2 or rows[0][:2] != ["test", "rps"]:
+                raise RuntimeError("unexpected valkey-benchmark output: %r" % p.stdout)
+            return float(rows[1][1])
+
+        for _, key, _, cmd in variants:  # warm-up, not recorded
+            run(cmd, n // 4)
+            self.c.call("DEL", key)
+        for r in range(self.rounds):
+            for name, key, stat, cmd in rotate(variants, r):
+                self.c.call("DEL", key)
+                settle(self.c)
+                self.c.call("CONFIG", "RESETSTAT")
+                rps[name].append(run(cmd, n))
+                st = cmdstats(self.c)
+                if st.get(stat, (0, 0))[0] < n:
+                    raise RuntimeError("%s: only %s calls seen" % (name, st.get(stat)))
+                us[name].append(usec_per_call(st, stat))
+                if r == 0:
+                    scores = self.c.call("ZRANGE", key, 0, -1, "WITHSCORES")[1::2]
+                    distinct[name] = (len(set(scores)), len(scores))
+                self.c.call("DEL", key)
+            print("  throughput round %d/%d done" % (r + 1, self.rounds), file=sys.stderr)
+        m = {k: med(v) for k, v in rps.items()}
+        zadd = m[variants[0][0]]
+        zdst = m[variants[1][0]]
+        lua = m["Lua EVALSHA jittered retry"]
+        for name, _, _, _ in variants:
+            ratio = "%.2f× ZADD, %.2f× EVALSHA (%.2f× ZADD-58000)" % (
+                m[name] / zadd, m[name] / lua, m[name] / zdst)
+            goal = ""
+            if name == "ECHO.RETRY fixed:1000 3":
+                goal = "≥ 0.80× ZADD: %s" % ok(m[name] / zadd >= 0.80)
+            elif name.startswith("ECHO.RETRY jitter"):
+                goal = "≥ 0.80× ZADD: %s; ≥ 1.5× EVALSHA: %s" % (
+                    ok(m[name] / zadd >= 0.80), ok(m[name] / lua >= 1.5))
+            d, total = distinct[name]
+            self.add("throughput, 50 clients, pipeline 16",
+                     "%s [set after a round: %d members, %d distinct scores]" % (name, total, d),
+                     "%.0f" % m[name], "req/s", "%.2f" % med(us[name]), ratio, goal,
+                     samples=rps[name])
+
+    # ----------------------------------------------------------------------
+    def promote_call(self, method, sched, pend, batch):
+        """One promotion of up to `batch` members; returns (moved, server µs,
+        client wall seconds). Server time is from INFO commandstats, reset
+        right before the call, so it holds exactly this call's commands."""
+        self.c.call("CONFIG", "RESETSTAT")
+        t0 = time.perf_counter()
+        if method == "module":
+            moved = self.c.call("ECHO.PROMOTE", sched, pend, "LIMIT", batch)
+        elif method == "lua":
+            moved = self.c.call("EVALSHA", self.sha["promote"], 2, sched, pend, batch)
+        else:  # the native commands issued by the client (not atomic)
+            due = self.c.call("ZRANGEBYSCORE", sched, "-inf", now_ms(), "LIMIT", 0, batch)
+            if due:
+                self.c.pipeline([["LPUSH", pend] + due,
+                                 ["ZREMRANGEBYRANK", sched, 0, len(due) - 1]])
+            moved = len(due)
+        wall = time.perf_counter() - t0
+        st = cmdstats(self.c)
+        if method == "module":
+            server = st.get("echo.promote", (0, 0))[1]
+        elif method == "lua":
+            server = st.get("evalsha", (0, 0))[1]
+        else:
+            server = sum(st.get(c, (0, 0))[1] for c in
+                         ("zrangebyscore", "lpush", "zremrangebyrank"))
+        return moved, server, wall
+
+    def promotion(self):
+        methods = [("module", "ECHO.PROMOTE"),
+                   ("lua", "Lua EVALSHA (ZRANGEBYSCORE, LPUSH chunks, ZREMRANGEBYRANK)"),
+                   ("native", "native ZRANGEBYSCORE + LPUSH + ZREMRANGEBYRANK from the client")]
+
+        def rows(section, b, srv, wall, goal_here):
+            ms = {m: med(srv[m]) for m, _ in methods}
+            for m, label in methods:
+                ratio = "%.2f× native, %.2f× Lua (server time)" % (
+                    ms[m] / ms["native"], ms[m] / ms["lua"])
+                goal = ""
+                if m == "module" and goal_here:
+                    goal = "≤ 1.2× native: %s; < Lua: %s" % (
+                        ok(ms[m] <= 1.2 * ms["native"]), ok(ms[m] < ms["lua"]))
+                self.add(section, label, "%.0f" % (b / med(wall[m])),
+                         "members/s (client wall, median call)", "%.1f" % ms[m], ratio, goal,
+                         samples=[b / w for w in wall[m]])
+
+        def check(m, sched, pend, expect_moved):
+            # nothing lost or duplicated, earliest-due member at the right end
+            if (self.c.call("LLEN", pend) != expect_moved or self.c.call("ZCARD", sched) != FUTURE
+                    or self.c.call("LINDEX", pend, -1) != b"job:0"):
+                raise RuntimeError("%s: wrong result" % m)
+
+        # Warm: rounds of A, B, C (order rotating); in each, the schedule is
+        # filled with batch*k due members plus FUTURE not yet due (a schedule
+        # also holds future retries; it never empties nor shrinks its hash
+        # table below 1/8 full) and promoted by k calls back to back.
+        # Median over all calls.
+        per_round = [(100, 20), (1000, 8), (10000, 2)]
+        if self.quick:
+            per_round = [(100, 5), (1000, 2), (10000, 1)]
+        for b, k in per_round:
+            srv = {m: [] for m, _ in methods}
+            wall = {m: [] for m, _ in methods}
+            for r in range(self.rounds):
+                for m, _ in rotate(methods, r):
+                    sched, pend = "pr:sched", "pr:pend"
+                    self.c.call("DEL", sched, pend)
+                    self.fill_due(sched, b * k)
+                    self.fill(sched, FUTURE, now_ms() + 1_000_000_000, 1, "future:", 0)
+                    settle(self.c)
+                    for _ in range(k):
+                        moved, s_us, w = self.promote_call(m, sched, pend, b)
+                        if moved != b:
+                            raise RuntimeError("%s moved %d, expected %d" % (m, moved, b))
+                        srv[m].append(s_us)
+                        wall[m].append(w)
+                    check(m, sched, pend, b * k)
+                    self.c.call("DEL", sched, pend)
+            print("  promotion batch %d done" % b, file=sys.stderr)
+            rows("promotion, batch %d, warm (%d rounds × %d calls in a row)" % (b, self.rounds, k),
+                 b, srv, wall, b == 1000)
+
+        # Cold: three schedules filled up front; single calls of A, B, C in
+        # turn, so each call finds its set's members out of the CPU caches
+        # (as a promoter ticking among other traffic does).
+        b, calls = (1000, 10) if self.quick else (1000, 90)
+        keys = {m: ("pr:%s:sched" % m, "pr:%s:pend" % m) for m, _ in methods}
+        for m, _ in methods:
+            sched, pend = keys[m]
+            self.c.call("DEL", sched, pend)
+            self.fill_due(sched, b * calls)
+            self.fill(sched, FUTURE, now_ms() + 1_000_000_000, 1, "future:", 0)
+        settle(self.c)
+        srv = {m: [] for m, _ in methods}
+        wall = {m: [] for m, _ in methods}
+        for i in range(calls):
+            for m, _ in rotate(methods, i):
+                moved, s_us, w = self.promote_call(m, keys[m][0], keys[m][1], b)
+                if moved != b:
+                    raise RuntimeError("%s moved %d, expected %d" % (m, moved, b))
+                srv[m].append(s_us)
+                wall[m].append(w)
+        for m, _ in methods:
+            check(m, keys[m][0], keys[m][1], b * calls)
+            self.c.call("DEL", *keys[m])
+        settle(self.c)
+        rows("promotion, batch %d, cold (%d single calls each, interleaved)" % (b, calls),
+             b, srv, wall, True)
+
+    # ----------------------------------------------------------------------
+    def future_members(self):
+        big = 200_000 if self.quick else 2_000_000
+        sets = [("fm:small", 10_000, "10^4"),
+                ("fm:big", big, "2·10^6" if big == 2_000_000 else str(big))]
+        t0 = time.perf_counter()
+        for key, n, _ in sets:
+            self.c.call("DEL", key)
+            # not yet due: 10^9 ms (about 11.6 days) from now and later
+            got = self.fill(key, n, now_ms() + 1_000_000_000, 1, "f:", 0)
+            if got != n:
+                raise RuntimeError("fill %s: %d" % (key, got))
+        print("  built %s future members in %.1f s" % (
+            " + ".join(str(n) for _, n, _ in sets), time.perf_counter() - t0), file=sys.stderr)
+        calls = 15 if self.quick else 60
+        res = {key: [] for key, _, _ in sets}
+        settle(self.c)
+        for i in range(calls):
+            for key, n, _ in rotate(sets, i):
+                self.fill_due(key, 1000)
+                moved, s, _ = self.promote_call("module", key, "fm:pend", 1000)
+                if moved != 1000:
+                    raise RuntimeError("moved %d" % moved)
+                res[key].append(s)
+                self.c.call("DEL", "fm:pend")
+        for key, n, _ in sets:
+            if self.c.call("ZCARD", key) != n:
+                raise RuntimeError("future members were moved")
+        small = med(res["fm:small"])
+        for key, n, label in sets:
+            v = med(res[key])
+            goal = ""
+            if key == "fm:big":
+                goal = "≤ 1.5×: %s" % ok(v / small <= 1.5)
+            self.add("promote 1000 due beside N future members (%d calls each)" % calls,
+                     "ECHO.PROMOTE, N = %s" % label,
+                     "%.1f" % v, "µs/call (server)", "%.1f" % v,
+                     "%.2f× N = 10^4" % (v / small), goal, samples=res[key], fmt="%.0f")
+        self.c.call("DEL", *[k for k, _, _ in sets])
+        settle(self.c)
+
+    # ----------------------------------------------------------------------
+    def latency(self):
+        calls = 10 if self.quick else 40
+        methods = [("module", "ECHO.PROMOTE (default LIMIT 1000)"),
+                   ("lua", "Lua EVALSHA promote, 1000")]
+        res = {m: ([], [], []) for m, _ in methods + [("idle", "")]}
+        for r in range(self.rounds):
+            for m in rotate(["idle", "module", "lua"], r):
+                sched, pend = "lat:sched", "lat:pend"
+                self.c.call("DEL", sched, pend)
+                if m != "idle":
+                    self.fill_due(sched, 1000 * calls)
+                    self.fill(sched, 1000, now_ms() + 1_000_000_000, 1, "future:", 0)
+                settle(self.c)
+                self.c.call("CONFIG", "RESETSTAT")
+                stop = multiprocessing.Event()
+                q = multiprocessing.Queue()
+                p = multiprocessing.Process(target=pinger, args=(self.port, stop, q), daemon=True)
+                p.start()
+                time.sleep(0.1)
+                for _ in range(calls):
+                    if m == "module":
+                        n = self.c.call("ECHO.PROMOTE", sched, pend)
+                    elif m == "lua":
+                        n = self.c.call("EVALSHA", self.sha["promote"], 2, sched, pend, 1000)
+                    else:
+                        n = 1000
+                    if n != 1000:
+                        raise RuntimeError("%s moved %d" % (m, n))
+                    time.sleep(0.003)
+                stop.set()
+                mx, p99, count = q.get(timeout=30)
+                p.join(timeout=30)
+                st = cmdstats(self.c)
+                if m != "idle":
+                    res[m][0].append(usec_per_call(st, "echo.promote" if m == "module" else "evalsha"))
+                res[m][1].append(mx)
+                res[m][2].append(p99)
+                self.c.call("DEL", sched, pend)
+        srv_lua = med(res["lua"][0])
+        for m, label in methods:
+            s = med(res[m][0])
+            goal = "< Lua: %s" % ok(s < srv_lua) if m == "module" else ""
+            self.add("latency, one promote of 1000", label, "%.1f" % s, "µs/call (server)",
+                     "%.1f" % s, "%.2f× Lua" % (s / srv_lua), goal, samples=res[m][0],
+                     fmt="%.1f")
+        for m, label in [("idle", "no promotes (noise floor)")] + methods:
+            self.add("latency, concurrent PING client", "during: " + label,
+                     "%.2f" % (med(res[m][1]) * 1000),
+                     "ms max PING round trip (p99 %.3f ms)" % (med(res[m][2]) * 1000),
+                     samples=[x * 1000 for x in res[m][1]], fmt="%.2f")
+
+    # ----------------------------------------------------------------------
+    def spread(self):
+        big = 100_000 if self.quick else 1_000_000
+        w = 1_000_000
+        start = now_ms() + 1_000_000
+        sets = [("sp:small", 1_000, "10^3"), ("sp:big", big, "10^6" if big == 10 ** 6 else str(big))]
+        for key, n, _ in sets:
+            self.c.call("DEL", key)
+            self.fill(key, n, start, w // n, "s:", 0)
+        calls = 40
+        res = {k: [] for k, _, _ in sets}
+        for r in range(3 * self.rounds):
+            for key, n, _ in rotate(sets, r):
+                settle(self.c)
+                self.c.call("CONFIG", "RESETSTAT")
+                for _ in range(calls):
+                    counts = self.c.call("ECHO.SPREAD", key, start, start + w, 20)
+                if sum(counts) != n or len(counts) != 20:
+                    raise RuntimeError("spread %s: %r" % (key, counts))
+                res[key].append(usec_per_call(cmdstats(self.c), "echo.spread"))
+        small = med(res["sp:small"])
+        for key, n, label in sets:
+            v = med(res[key])
+            goal = "about the same: %s" % ok(v / small <= 1.5) if key == "sp:big" else ""
+            self.add("ECHO.SPREAD, 20 buckets (%d rounds of %d calls)" % (3 * self.rounds, calls),
+                     "%s members" % label, "%.1f" % v,
+                     "µs/call (server)", "%.1f" % v, "%.2f× 10^3" % (v / small), goal,
+                     samples=res[key], fmt="%.1f")
+        self.c.call("DEL", *[k for k, _, _ in sets])
+        settle(self.c)
+
+    # ----------------------------------------------------------------------
+    def memory(self):
+        jobs = 50_000 if self.quick else 500_000
+        rounds = max(1, min(self.rounds, 3))
+        res = {"retry": ([], []), "zadd": ([], [])}
+        key = "mem:sched"
+        for r in range(rounds):
+            for m in (["retry", "zadd"] if r % 2 == 0 else ["zadd", "retry"]):
+                self.c.call("FLUSHALL", "SYNC")
+                self.c.call("MEMORY", "PURGE")
+                before = int(info(self.c, "memory")["used_memory"])
+                chunk = 10_000
+                for i0 in range(0, jobs, chunk):
+                    cmds = []
+                    for i in range(i0, min(jobs, i0 + chunk)):
+                        member = "job:%012d" % i
+                        if m == "retry":
+                            cmds.append(["ECHO.RETRY", key, member,
+                                         "jitter:exponential:100:10000", "3"])
+                        else:
+                            cmds.append(["ZADD", key, now_ms() + random.randint(0, 400), member])
+                    self.c.pipeline(cmds)
+                if self.c.call("ZCARD", key) != jobs:
+                    raise RuntimeError("memory: %s wrote a wrong count" % m)
+                after = int(info(self.c, "memory")["used_memory"])
+                res[m][0].append(after)
+                res[m][1].append(after - before)
+            print("  memory round %d/%d done" % (r + 1, rounds), file=sys.stderr)
+        self.c.call("FLUSHALL", "SYNC")
+        z, zd = med(res["zadd"][0]), med(res["zadd"][1])
+        for m, label in [("zadd", "ZADD"), ("retry", "ECHO.RETRY jitter:exponential:100:10000 3")]:
+            a, d = med(res[m][0]), med(res[m][1])
+            goal = "≤ 1.01×: %s" % ok(a / z <= 1.01) if m == "retry" else ""
+            self.add("memory, %d jobs" % jobs, label, "%.0f" % a, "bytes used_memory",
+                     "", "%.3f× ZADD (growth %.0f B, %.3f×)" % (a / z, d, d / zd), goal,
+                     samples=res[m][0])
+
+
+def ok(b):
+    return "yes" if b else "NO"
+
+
+def pinger(port, stop, q):
+    """A concurrent client: back-to-back PINGs, each timed."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    lat = []
+    msg = b"*1\r\n$4\r\nPING\r\n"
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        s.sendall(msg)
+        buf = b""
+        while not buf.endswith(b"\r\n"):
+            buf += s.recv(64)
+        lat.append(time.perf_counter() - t0)
+        # leave the CPU to the server and the promoting client (2 cores)
+        time.sleep(0.0002)
+    s.close()
+    lat.sort()
+    q.put((lat[-1], lat[int(len(lat) * 0.99)], len(lat)))
+
+
+# --------------------------------------------------------------------------
+# Workloads for profiling (scripts/profile.sh): one command at a time, in a
+# loop, for a given number of seconds.
+
+def workload(port, name, seconds):
+    c = Conn(port)
+    b = Bench.__new__(Bench)
+    b.c, b.port = c, port
+    b.sha = {"fill": load_script(c, "fill.lua"), "promote": load_script(c, "promote.lua")}
+    end = time.time() + seconds
+    if name in ("retry", "retry-fixed"):
+        policy = "jitter:exponential:100:10000" if name == "retry" else "fixed:1000"
+        args = ["valkey-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "50", "-P", "16",
+                "-r", "100000", "-n", "100000000", "-q",
+                "ECHO.RETRY", "pf:sched", "job:__rand_int__", policy, "3"]
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(seconds)
+        p.terminate()
+        p.wait()
+    elif name == "zadd":
+        args = ["valkey-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "50", "-P", "16",
+                "-r", "100000", "-n", "100000000", "-q",
+                "ZADD", "pf:sched", "500000__rand_int__e-5", "job:__rand_int__"]
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(seconds)
+        p.terminate()
+        p.wait()
+    elif name in ("promote", "promote-lua"):
+        # Fill with client-side ZADDs (not a script) so that the fill is told
+        # apart from the promotion in the profile (zaddCommand vs the handler).
+        n = 0
+        while time.time() < end:
+            t = now_ms() - 10_000_000
+            cmds = []
+            for j in range(0, 20_000, 1000):
+                cmd = ["ZADD", "pf:sched"]
+                for i in range(j, j + 1000):
+                    cmd += [t + i, "job:%d" % i]
+                cmds.append(cmd)
+            c.pipeline(cmds)
+            for _ in range(20):
+                if name == "promote":
+                    n += c.call("ECHO.PROMOTE", "pf:sched", "pf:pend")
+                else:
+                    n += c.call("EVALSHA", b.sha["promote"], 2, "pf:sched", "pf:pend", 1000)
+            c.call("DEL", "pf:pend")
+        print("promoted %d" % n, file=sys.stderr)
+    elif name == "promote-mix":
+        # as the bench's cold promotion rows: ECHO.PROMOTE, the Lua script and
+        # the native commands in turn, each on its own schedule of due
+        # members beside 10^4 not yet due, batch 1000
+        keys = ["pf:m", "pf:l", "pf:n"]
+        n = 0
+        while time.time() < end:
+            t = now_ms() - 10_000_000
+            for k in keys:
+                c.call("DEL", k, k + ":p")
+                cmds = []
+                for j in range(0, 45_000, 1000):
+                    cmd = ["ZADD", k]
+                    for i in range(j, j + 1000):
+                        cmd += [t + i, "job:%d" % i]
+                    cmds.append(cmd)
+                for j in range(0, 10_000, 1000):
+                    cmd = ["ZADD", k]
+                    for i in range(j, j + 1000):
+                        cmd += [t + 10 ** 10 + i, "future:%d" % i]
+                    cmds.append(cmd)
+                c.pipeline(cmds)
+            for _ in range(45):
+                if time.time() >= end:
+                    break
+                n += c.call("ECHO.PROMOTE", "pf:m", "pf:m:p")
+                n += c.call("EVALSHA", b.sha["promote"], 2, "pf:l", "pf:l:p", 1000)
+                due = c.call("ZRANGEBYSCORE", "pf:n", "-inf", now_ms(), "LIMIT", 0, 1000)
+                c.pipeline([["LPUSH", "pf:n:p"] + due, ["ZREMRANGEBYRANK", "pf:n", 0, len(due) - 1]])
+                n += len(due)
+        print("promoted %d" % n, file=sys.stderr)
+    elif name == "spread":
+        b.fill("pf:sp", 1_000_000, now_ms(), 1, "s:", 0)
+        while time.time() < end:
+            c.call("ECHO.SPREAD", "pf:sp", now_ms(), now_ms() + 1_000_000, 20)
+    else:
+        raise SystemExit("unknown workload %s" % name)
+
+
+def main():
+    # SIGTERM (from bench.sh's cleanup) unwinds like Ctrl-C: subprocess.run
+    # kills a running valkey-benchmark, the PING process is a daemon.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="small sizes, for testing the script")
+    ap.add_argument("--only", default="", help="comma-separated sections")
+    ap.add_argument("--workload")
+    ap.add_argument("--seconds", type=float, default=10)
+    a = ap.parse_args()
+    if a.workload:
+        workload(a.port, a.workload, a.seconds)
+        return
+    b = Bench(a.port, a.rounds, a.quick)
+    sections = ["throughput", "promotion", "future_members", "latency", "spread", "memory"]
+    if a.only:
+        sections = [s for s in sections if s in a.only.split(",")]
+    t0 = time.perf_counter()
+    for s in sections:
+        t = time.perf_counter()
+        print("%s ..." % s, file=sys.stderr)
+        getattr(b, s)()
+        print("  %s took %.0f s" % (s, time.perf_counter() - t), file=sys.stderr)
+    elapsed = time.perf_counter() - t0
+
+    print()
+    print("valkey-benchmark commands (each run -n per round after a warm-up):")
+    for cmd in b.bench_cmds:
+        print("  " + cmd)
+    print()
+    print("Each section interleaves what it compares and reports medians; ratios are of the")
+    print("medians. Throughput: %d rounds, each one valkey-benchmark run per row (order rotating)."
+          % b.rounds)
+    print("Promotion: warm = %d rounds of k calls in a row per variant; cold = single calls of"
+          % b.rounds)
+    print("each variant in turn; future members: single calls in turn. Medians over calls, server")
+    print("time from INFO commandstats reset before each call. Latency: %d rounds." % b.rounds)
+    print("Memory: %d rounds (order alternating). 'min–max' is over rounds or calls." %
+          max(1, min(b.rounds, 3)))
+    print()
+    print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
+    print("|---|---|---:|---:|---|---:|---|---|")
+    for row in b.rows:
+        print("| " + " | ".join(str(x) for x in row) + " |")
+    print()
+    print("measurement took %.0f s" % elapsed)
+
+
+if __name__ == "__main__":
+    main()
