@@ -7,48 +7,20 @@ use common::*;
 
 /// Keys of every type the commands can meet, plus due and future work.
 fn seed(con: &mut Connection) {
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg("s")
-        .arg(1)
-        .arg("due")
-        .arg(9e15)
-        .arg("future")
-        .ignore()
-        .cmd("ZADD")
-        .arg("zset")
-        .arg(1)
-        .arg("x")
-        .ignore()
-        .cmd("SET")
-        .arg("str")
-        .arg("x")
-        .ignore()
-        .cmd("LPUSH")
-        .arg("list")
-        .arg("x")
-        .ignore()
-        .cmd("LPUSH")
-        .arg("p")
-        .arg("old")
-        .ignore()
-        .cmd("HSET")
-        .arg("hash")
-        .arg("f")
-        .arg("v")
-        .ignore()
-        .cmd("SADD")
-        .arg("set")
-        .arg("x")
-        .ignore()
-        .cmd("XADD")
-        .arg("stream")
-        .arg("*")
-        .arg("f")
-        .arg("v")
-        .ignore()
-        .query(con)
-        .unwrap();
+    let mut pipe = redis::pipe();
+    for cmd in [
+        cmd!("ZADD", "s", 1, "due", 9e15, "future"),
+        cmd!("ZADD", "zset", 1, "x"),
+        cmd!("SET", "str", "x"),
+        cmd!("LPUSH", "list", "x"),
+        cmd!("LPUSH", "p", "old"),
+        cmd!("HSET", "hash", "f", "v"),
+        cmd!("SADD", "set", "x"),
+        cmd!("XADD", "stream", "*", "f", "v"),
+    ] {
+        pipe.add_command(cmd).ignore();
+    }
+    let _: () = pipe.query(con).unwrap();
 }
 
 #[test]
@@ -64,15 +36,15 @@ fn malformed_calls_are_refused_and_write_nothing() {
             .collect()
     };
     let raw = |args: &[&[u8]]| -> Vec<Vec<u8>> { args.iter().map(|a| a.to_vec()).collect() };
+    // A call given as one string of words separated by single spaces.
+    let words =
+        |call: &str| -> Vec<Vec<u8>> { call.split(' ').map(|a| a.as_bytes().to_vec()).collect() };
     let wrong_arity = "ERR wrong number of arguments";
     let cases: Vec<(Vec<Vec<u8>>, &str)> = vec![
         // ECHO.RETRY: arity
-        (raw(&[b"ECHO.RETRY"]), wrong_arity),
-        (raw(&[b"ECHO.RETRY", b"s", b"job", b"fixed:1"]), wrong_arity),
-        (
-            raw(&[b"ECHO.RETRY", b"s", b"job", b"fixed:1", b"1", b"extra"]),
-            wrong_arity,
-        ),
+        (words("ECHO.RETRY"), wrong_arity),
+        (words("ECHO.RETRY s job fixed:1"), wrong_arity),
+        (words("ECHO.RETRY s job fixed:1 1 extra"), wrong_arity),
         // policies: empty, missing, extra and empty fields
         (r("", "1"), "ERR invalid policy: empty"),
         (r(":", "1"), "ERR invalid policy: empty"),
@@ -171,114 +143,57 @@ fn malformed_calls_are_refused_and_write_nothing() {
         (r("fixed:1", "9223372036854775808"), "ERR attempts"),
         (r("fixed:1", "99999999999999999999999"), "ERR attempts"),
         // wrong key types
-        (
-            raw(&[b"ECHO.RETRY", b"str", b"job", b"fixed:1", b"1"]),
-            "WRONGTYPE",
-        ),
-        (
-            raw(&[b"ECHO.RETRY", b"list", b"job", b"fixed:1", b"1"]),
-            "WRONGTYPE",
-        ),
-        (
-            raw(&[b"ECHO.RETRY", b"hash", b"job", b"fixed:1", b"1"]),
-            "WRONGTYPE",
-        ),
-        (
-            raw(&[b"ECHO.RETRY", b"stream", b"job", b"fixed:1", b"1"]),
-            "WRONGTYPE",
-        ),
+        (words("ECHO.RETRY str job fixed:1 1"), "WRONGTYPE"),
+        (words("ECHO.RETRY list job fixed:1 1"), "WRONGTYPE"),
+        (words("ECHO.RETRY hash job fixed:1 1"), "WRONGTYPE"),
+        (words("ECHO.RETRY stream job fixed:1 1"), "WRONGTYPE"),
         // ECHO.PROMOTE: arity and LIMIT forms
-        (raw(&[b"ECHO.PROMOTE"]), wrong_arity),
-        (raw(&[b"ECHO.PROMOTE", b"s"]), wrong_arity),
+        (words("ECHO.PROMOTE"), wrong_arity),
+        (words("ECHO.PROMOTE s"), wrong_arity),
+        (words("ECHO.PROMOTE s p LIMIT"), "ERR syntax error"),
         (
-            raw(&[b"ECHO.PROMOTE", b"s", b"p", b"LIMIT"]),
-            "ERR syntax error",
-        ),
-        (
-            raw(&[b"ECHO.PROMOTE", b"s", b"p", b"LIMIT", b"0"]),
+            words("ECHO.PROMOTE s p LIMIT 0"),
             "ERR LIMIT is not an integer",
         ),
-        (
-            raw(&[b"ECHO.PROMOTE", b"s", b"p", b"LIMIT", b"-5"]),
-            "ERR LIMIT",
-        ),
-        (
-            raw(&[b"ECHO.PROMOTE", b"s", b"p", b"LIMIT", b"1.5"]),
-            "ERR LIMIT",
-        ),
-        (
-            raw(&[b"ECHO.PROMOTE", b"s", b"p", b"LIMIT", b"abc"]),
-            "ERR LIMIT",
-        ),
+        (words("ECHO.PROMOTE s p LIMIT -5"), "ERR LIMIT"),
+        (words("ECHO.PROMOTE s p LIMIT 1.5"), "ERR LIMIT"),
+        (words("ECHO.PROMOTE s p LIMIT abc"), "ERR LIMIT"),
         (
             raw(&[b"ECHO.PROMOTE", b"s", b"p", b"LIMIT", b""]),
             "ERR LIMIT",
         ),
         (
-            raw(&[
-                b"ECHO.PROMOTE",
-                b"s",
-                b"p",
-                b"LIMIT",
-                b"9223372036854775808",
-            ]),
+            words("ECHO.PROMOTE s p LIMIT 9223372036854775808"),
             "ERR LIMIT",
         ),
+        (words("ECHO.PROMOTE s p COUNT 5"), "ERR syntax error"),
+        (words("ECHO.PROMOTE s p LIMIT 5 x"), "ERR syntax error"),
+        (words("ECHO.PROMOTE s p 5"), "ERR syntax error"),
         (
-            raw(&[b"ECHO.PROMOTE", b"s", b"p", b"COUNT", b"5"]),
-            "ERR syntax error",
-        ),
-        (
-            raw(&[b"ECHO.PROMOTE", b"s", b"p", b"LIMIT", b"5", b"x"]),
-            "ERR syntax error",
-        ),
-        (
-            raw(&[b"ECHO.PROMOTE", b"s", b"p", b"5"]),
-            "ERR syntax error",
-        ),
-        (
-            raw(&[b"ECHO.PROMOTE", b"s", b"s"]),
+            words("ECHO.PROMOTE s s"),
             "ERR schedule and pending must be different keys",
         ),
         // ECHO.PROMOTE: wrong key types, for each key, with and without due work
-        (raw(&[b"ECHO.PROMOTE", b"str", b"p"]), "WRONGTYPE"),
-        (raw(&[b"ECHO.PROMOTE", b"list", b"p"]), "WRONGTYPE"),
-        (raw(&[b"ECHO.PROMOTE", b"s", b"str"]), "WRONGTYPE"),
-        (raw(&[b"ECHO.PROMOTE", b"s", b"set"]), "WRONGTYPE"),
-        (raw(&[b"ECHO.PROMOTE", b"s", b"zset"]), "WRONGTYPE"),
-        (raw(&[b"ECHO.PROMOTE", b"missing", b"hash"]), "WRONGTYPE"),
+        (words("ECHO.PROMOTE str p"), "WRONGTYPE"),
+        (words("ECHO.PROMOTE list p"), "WRONGTYPE"),
+        (words("ECHO.PROMOTE s str"), "WRONGTYPE"),
+        (words("ECHO.PROMOTE s set"), "WRONGTYPE"),
+        (words("ECHO.PROMOTE s zset"), "WRONGTYPE"),
+        (words("ECHO.PROMOTE missing hash"), "WRONGTYPE"),
         // ECHO.DELAY
-        (raw(&[b"ECHO.DELAY"]), wrong_arity),
-        (raw(&[b"ECHO.DELAY", b"fixed:1"]), wrong_arity),
-        (raw(&[b"ECHO.DELAY", b"fixed:1", b"1", b"x"]), wrong_arity),
-        (raw(&[b"ECHO.DELAY", b"bogus", b"1"]), "ERR invalid policy"),
-        (raw(&[b"ECHO.DELAY", b"fixed:1", b"0"]), "ERR attempts"),
+        (words("ECHO.DELAY"), wrong_arity),
+        (words("ECHO.DELAY fixed:1"), wrong_arity),
+        (words("ECHO.DELAY fixed:1 1 x"), wrong_arity),
+        (words("ECHO.DELAY bogus 1"), "ERR invalid policy"),
+        (words("ECHO.DELAY fixed:1 0"), "ERR attempts"),
         // ECHO.SPREAD
-        (raw(&[b"ECHO.SPREAD", b"s", b"0", b"10"]), wrong_arity),
-        (
-            raw(&[b"ECHO.SPREAD", b"s", b"0", b"10", b"0"]),
-            "ERR buckets",
-        ),
-        (
-            raw(&[b"ECHO.SPREAD", b"s", b"0", b"10", b"10001"]),
-            "ERR buckets",
-        ),
-        (
-            raw(&[b"ECHO.SPREAD", b"s", b"10", b"10", b"1"]),
-            "ERR end_ms must be greater",
-        ),
-        (
-            raw(&[b"ECHO.SPREAD", b"s", b"1.5", b"10", b"1"]),
-            "ERR start_ms",
-        ),
-        (
-            raw(&[b"ECHO.SPREAD", b"s", b"0", b"9223372036854775808", b"1"]),
-            "ERR end_ms",
-        ),
-        (
-            raw(&[b"ECHO.SPREAD", b"str", b"0", b"10", b"1"]),
-            "WRONGTYPE",
-        ),
+        (words("ECHO.SPREAD s 0 10"), wrong_arity),
+        (words("ECHO.SPREAD s 0 10 0"), "ERR buckets"),
+        (words("ECHO.SPREAD s 0 10 10001"), "ERR buckets"),
+        (words("ECHO.SPREAD s 10 10 1"), "ERR end_ms must be greater"),
+        (words("ECHO.SPREAD s 1.5 10 1"), "ERR start_ms"),
+        (words("ECHO.SPREAD s 0 9223372036854775808 1"), "ERR end_ms"),
+        (words("ECHO.SPREAD str 0 10 1"), "WRONGTYPE"),
     ];
     assert!(cases.len() >= 40, "{} cases", cases.len());
 
@@ -305,16 +220,10 @@ fn malformed_calls_are_refused_and_write_nothing() {
             "{:?} wrote something",
             show(&args)
         );
-        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+        let pong: String = q!(&mut con, "PING");
         assert_eq!(pong, "PONG");
     }
     // and the server still works
-    let _: i64 = redis::cmd("ECHO.RETRY")
-        .arg("s")
-        .arg("j")
-        .arg("fixed:1")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    retry(&mut con, "s", "j", "fixed:1", 1);
     println!("{} malformed calls refused", cases.len());
 }

@@ -218,7 +218,7 @@ fn parse_cluster_nodes(text: &str) -> Vec<Entry> {
 }
 
 fn cluster_nodes(con: &mut Connection) -> redis::RedisResult<Vec<Entry>> {
-    let text: String = redis::cmd("CLUSTER").arg("NODES").query(con)?;
+    let text: String = cmd!("CLUSTER", "NODES").query(con)?;
     Ok(parse_cluster_nodes(&text))
 }
 
@@ -310,7 +310,8 @@ impl Cluster {
                 .find(|e| e.has_flag("myself"))
                 .ok_or("no myself entry")?;
             if me.has_flag("slave") {
-                let link = info_field_try(&mut con, "replication", "master_link_status")?;
+                let link = try_info_field(&mut con, "replication", "master_link_status")
+                    .map_err(|e| e.to_string())?;
                 if link != "up" {
                     return Err(format!("replica {}: master_link_status:{link}", node.port));
                 }
@@ -320,7 +321,8 @@ impl Cluster {
                     .filter(|e| e.primary.as_deref() == Some(me.id.as_str()))
                     .filter(|e| self.port_is_up(e.port))
                     .count();
-                let connected = info_field_try(&mut con, "replication", "connected_slaves")?;
+                let connected = try_info_field(&mut con, "replication", "connected_slaves")
+                    .map_err(|e| e.to_string())?;
                 if connected != live_replicas.to_string() {
                     return Err(format!(
                         "primary {}: connected_slaves:{connected}, expected {live_replicas}",
@@ -358,10 +360,7 @@ impl Cluster {
     }
 
     fn id(&self, i: usize) -> String {
-        redis::cmd("CLUSTER")
-            .arg("MYID")
-            .query(&mut self.conn(i))
-            .expect("CLUSTER MYID")
+        q!(&mut self.conn(i), "CLUSTER", "MYID")
     }
 
     /// Indexes of the live primaries that serve slots.
@@ -400,11 +399,7 @@ impl Cluster {
 
     fn keyslot(&self, key: &str) -> u16 {
         let node = self.nodes.iter().find(|n| n.is_up()).expect("a live node");
-        redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(&mut node.conn())
-            .expect("CLUSTER KEYSLOT")
+        q!(&mut node.conn(), "CLUSTER", "KEYSLOT", key)
     }
 
     /// A cluster client seeded with every live node.
@@ -437,105 +432,50 @@ impl Cluster {
 
 /// `cluster_state` from `CLUSTER INFO`.
 fn cluster_state(con: &mut Connection) -> Result<String, String> {
-    let info: String = redis::cmd("CLUSTER")
-        .arg("INFO")
+    let info: String = cmd!("CLUSTER", "INFO")
         .query(con)
         .map_err(|e| e.to_string())?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("cluster_state:"))
-        .unwrap_or("")
-        .trim()
-        .to_string())
-}
-
-fn info_field_try(con: &mut Connection, section: &str, field: &str) -> Result<String, String> {
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query(con)
-        .map_err(|e| e.to_string())?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .unwrap_or("")
-        .trim()
-        .to_string())
-}
-
-fn retry<C: redis::ConnectionLike>(
-    con: &mut C,
-    schedule: &str,
-    job: &str,
-    policy: &str,
-    attempts: u64,
-) -> redis::RedisResult<i64> {
-    redis::cmd("ECHO.RETRY")
-        .arg(schedule)
-        .arg(job)
-        .arg(policy)
-        .arg(attempts)
-        .query(con)
-}
-
-fn promote<C: redis::ConnectionLike>(
-    con: &mut C,
-    schedule: &str,
-    pending: &str,
-) -> redis::RedisResult<i64> {
-    redis::cmd("ECHO.PROMOTE")
-        .arg(schedule)
-        .arg(pending)
-        .query(con)
-}
-
-/// The error a call was expected to give, as the server wrote it.
-fn refused<T: std::fmt::Debug>(result: redis::RedisResult<T>, what: &str) -> String {
-    match result {
-        Ok(v) => panic!("{what}: expected an error, got {v:?}"),
-        Err(e) => error_text(&e),
-    }
+    Ok(field_of(&info, "cluster_state"))
 }
 
 /// `ZRANGE key 0 -1 WITHSCORES`: member -> score exactly as the server prints it.
 fn schedule_of(con: &mut Connection, key: &str) -> BTreeMap<String, String> {
-    let pairs: Vec<(String, String)> = redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(con)
-        .expect("ZRANGE");
-    pairs.into_iter().collect()
+    schedule_in_order(con, key).into_iter().collect()
 }
 
 /// `ZRANGE key 0 -1 WITHSCORES` in the set's order.
 fn schedule_in_order(con: &mut Connection, key: &str) -> Vec<(String, String)> {
-    redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(con)
-        .expect("ZRANGE")
+    q!(con, "ZRANGE", key, 0, -1, "WITHSCORES")
 }
 
 fn list_of(con: &mut Connection, key: &str) -> Vec<String> {
-    redis::cmd("LRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .query(con)
-        .expect("LRANGE")
+    q!(con, "LRANGE", key, 0, -1)
 }
 
 fn wait_replicas(con: &mut Connection, timeout_ms: u64) -> redis::RedisResult<i64> {
-    redis::cmd("WAIT").arg(1).arg(timeout_ms).query(con)
+    cmd!("WAIT", 1, timeout_ms).query(con)
 }
 
 fn echomq_stat(con: &mut Connection, field: &str) -> u64 {
     info_field(con, "echomq", field)
         .parse()
         .unwrap_or_else(|_| panic!("INFO echomq has no {field}"))
+}
+
+/// The error (a redirect) a node answers `ECHO.RETRY schedule x fixed:0 1` with.
+fn retry_refused(con: &mut Connection, schedule: &str) -> String {
+    err!(con, "ECHO.RETRY", schedule, "x", "fixed:0", 1)
+}
+
+/// One job through the queue on `con`: retried due now (the reply is the
+/// score written), promoted on its own, and popped.
+fn one_job_through(con: &mut Connection, schedule: &str, pending: &str, job: &str) {
+    let fire = retry(con, schedule, job, "fixed:0", 1);
+    let score: i64 = q!(con, "ZSCORE", schedule, job);
+    assert_eq!(score, fire);
+    assert_eq!(promote(con, schedule, pending), 1);
+    let popped: String = q!(con, "RPOP", pending);
+    assert_eq!(popped, job);
 }
 
 #[test]
@@ -549,16 +489,7 @@ fn commands_route_to_the_slot_owner_and_redirect_elsewhere() {
     let mut con = cluster.conn(owner);
 
     // The owner accepts both commands.
-    let fire = retry(&mut con, schedule, "job-1", "fixed:0", 1).expect("ECHO.RETRY on the owner");
-    let score: i64 = redis::cmd("ZSCORE")
-        .arg(schedule)
-        .arg("job-1")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(score, fire);
-    assert_eq!(promote(&mut con, schedule, pending).unwrap(), 1);
-    let popped: String = redis::cmd("RPOP").arg(pending).query(&mut con).unwrap();
-    assert_eq!(popped, "job-1");
+    one_job_through(&mut con, schedule, pending, "job-1");
 
     // Every other primary, and the owner's own replica (even in READONLY
     // mode: these are writes), redirects to the owner, and the module never
@@ -574,67 +505,57 @@ fn commands_route_to_the_slot_owner_and_redirect_elsewhere() {
     for &i in others.iter().chain([&replica]) {
         let mut other = cluster.conn(i);
         if i == replica {
-            let _: () = redis::cmd("READONLY").query(&mut other).unwrap();
+            let _: () = q!(&mut other, "READONLY");
         }
         let what = format!("ECHO.RETRY on {}", cluster.port(i));
         assert_eq!(
-            refused(retry(&mut other, schedule, "job-2", "fixed:0", 1), &what),
+            refused(
+                try_retry(&mut other, schedule, "job-2", "fixed:0", 1),
+                &what
+            ),
             moved,
             "{what}"
         );
         let what = format!("ECHO.PROMOTE on {}", cluster.port(i));
         assert_eq!(
-            refused(promote(&mut other, schedule, pending), &what),
+            refused(try_promote(&mut other, schedule, pending), &what),
             moved,
             "{what}"
         );
         assert_eq!(echomq_stat(&mut other, "echomq_retries"), 0);
         assert_eq!(echomq_stat(&mut other, "echomq_promote_calls"), 0);
     }
-    let card: i64 = redis::cmd("ZCARD").arg(schedule).query(&mut con).unwrap();
+    let card: i64 = q!(&mut con, "ZCARD", schedule);
     assert_eq!(card, 0, "no redirected call wrote anything");
 
     // valkey-cli: without -c it prints the redirect; with -c it follows it.
-    let cli = |args: &[&str]| {
+    let cli = |options: &[&str], words: &[&str]| {
         let out = Command::new(cli_binary())
-            .args(args)
+            .args(options)
+            .args(words)
             .stdin(Stdio::null())
             .output()
             .expect("run valkey-cli");
-        assert!(out.status.success(), "valkey-cli {args:?}: {out:?}");
+        assert!(
+            out.status.success(),
+            "valkey-cli {options:?} {words:?}: {out:?}"
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     let other_port = cluster.port(others[0]).to_string();
-    let printed = cli(&[
-        "-p",
-        &other_port,
-        "ECHO.RETRY",
-        schedule,
-        "cli-job",
-        "fixed:60000",
-        "1",
-    ]);
+    let retry_words = ["ECHO.RETRY", schedule, "cli-job", "fixed:60000", "1"];
+    let printed = cli(&["-p", &other_port], &retry_words);
     assert!(printed.contains(&moved), "valkey-cli without -c: {printed}");
-    let printed = cli(&[
-        "-c",
-        "-p",
-        &other_port,
-        "ECHO.RETRY",
-        schedule,
-        "cli-job",
-        "fixed:60000",
-        "1",
-    ]);
+    let printed = cli(&["-c", "-p", &other_port], &retry_words);
     let fire: i64 = printed
         .parse()
         .unwrap_or_else(|_| panic!("valkey-cli -c ECHO.RETRY printed {printed:?}"));
-    let score: i64 = redis::cmd("ZSCORE")
-        .arg(schedule)
-        .arg("cli-job")
-        .query(&mut con)
-        .unwrap();
+    let score: i64 = q!(&mut con, "ZSCORE", schedule, "cli-job");
     assert_eq!(score, fire, "valkey-cli -c wrote on the owner");
-    let printed = cli(&["-c", "-p", &other_port, "ECHO.PROMOTE", schedule, pending]);
+    let printed = cli(
+        &["-c", "-p", &other_port],
+        &["ECHO.PROMOTE", schedule, pending],
+    );
     assert_eq!(printed, "0", "nothing due: the job fires in a minute");
 
     // The redis-rs cluster client routes by the first key: one queue on each
@@ -653,23 +574,13 @@ fn commands_route_to_the_slot_owner_and_redirect_elsewhere() {
         served_by.insert(owner);
         let (s, p) = (format!("{tag}:schedule"), format!("{tag}:pending"));
         let job = format!("job-of-{tag}");
-        let fire = retry(&mut client, &s, &job, "fixed:0", 3).expect("ECHO.RETRY via cluster");
-        let score: i64 = redis::cmd("ZSCORE")
-            .arg(&s)
-            .arg(&job)
-            .query(&mut cluster.conn(owner))
-            .unwrap();
+        let fire = retry(&mut client, &s, &job, "fixed:0", 3);
+        let score: i64 = q!(&mut cluster.conn(owner), "ZSCORE", &s, &job);
         assert_eq!(score, fire, "written on the owner of {tag}");
-        assert_eq!(
-            promote(&mut client, &s, &p).expect("ECHO.PROMOTE via cluster"),
-            1
-        );
-        let len: i64 = redis::cmd("LLEN")
-            .arg(&p)
-            .query(&mut cluster.conn(owner))
-            .unwrap();
+        assert_eq!(promote(&mut client, &s, &p), 1);
+        let len: i64 = q!(&mut cluster.conn(owner), "LLEN", &p);
         assert_eq!(len, 1, "pushed on the owner of {tag}");
-        let popped: String = redis::cmd("RPOP").arg(&p).query(&mut client).unwrap();
+        let popped: String = q!(&mut client, "RPOP", &p);
         assert_eq!(popped, job);
     }
     assert_eq!(served_by.len(), 3, "queues on all three primaries");
@@ -688,26 +599,16 @@ fn a_hash_tagged_queue_retries_promotes_and_is_consumed_on_its_owner() {
     let consumer_con = cluster.conn(owner);
     let consumer = thread::spawn(move || {
         let mut con = consumer_con;
-        let got: Option<(String, String)> = redis::cmd("BRPOP")
-            .arg("{orders}:pending")
-            .arg(20)
-            .query(&mut con)
-            .expect("BRPOP");
+        let got: Option<(String, String)> = q!(&mut con, "BRPOP", "{orders}:pending", 20);
         got
     });
     wait_blocked_clients(&mut con, 1);
 
     for (i, attempts) in [(1, 1), (2, 4), (3, 2), (4, 9), (5, 3)] {
-        retry(
-            &mut con,
-            schedule,
-            &format!("order-{i}"),
-            "fixed:0",
-            attempts,
-        )
-        .unwrap();
+        let job = format!("order-{i}");
+        retry(&mut con, schedule, &job, "fixed:0", attempts);
     }
-    let late = retry(&mut con, schedule, "order-late", "fixed:600000", 1).unwrap();
+    let late = retry(&mut con, schedule, "order-late", "fixed:600000", 1);
     let due: Vec<String> = schedule_in_order(&mut con, schedule)
         .into_iter()
         .map(|(member, _)| member)
@@ -715,7 +616,7 @@ fn a_hash_tagged_queue_retries_promotes_and_is_consumed_on_its_owner() {
         .collect();
     assert_eq!(due.len(), 5);
 
-    assert_eq!(promote(&mut con, schedule, pending).unwrap(), 5);
+    assert_eq!(promote(&mut con, schedule, pending), 5);
     let left = schedule_of(&mut con, schedule);
     assert_eq!(
         left,
@@ -726,11 +627,7 @@ fn a_hash_tagged_queue_retries_promotes_and_is_consumed_on_its_owner() {
     let woke = consumer.join().unwrap();
     assert_eq!(woke, Some((pending.to_string(), due[0].clone())));
     let mut consumed = vec![due[0].clone()];
-    while let Some(job) = redis::cmd("RPOP")
-        .arg(pending)
-        .query::<Option<String>>(&mut con)
-        .unwrap()
-    {
+    while let Some(job) = q!(&mut con, "RPOP", pending) {
         consumed.push(job);
     }
     assert_eq!(consumed, due);
@@ -765,16 +662,16 @@ fn promote_across_slots_is_refused_with_crossslot_and_moves_nothing() {
 
     let mut con = cluster.conn(owner);
     for i in 0..3 {
-        retry(&mut con, schedule, &format!("job-{i}"), "fixed:0", 1).unwrap();
+        retry(&mut con, schedule, format!("job-{i}"), "fixed:0", 1);
     }
     let before = schedule_of(&mut con, schedule);
     assert_eq!(before.len(), 3);
     let mut client = cluster.client();
     for pending in &pendings {
-        let err = refused(promote(&mut con, schedule, pending), "ECHO.PROMOTE");
+        let err = refused(try_promote(&mut con, schedule, pending), "ECHO.PROMOTE");
         assert!(err.starts_with("CROSSSLOT"), "{pending}: {err}");
         let err = refused(
-            promote(&mut client, schedule, pending),
+            try_promote(&mut client, schedule, pending),
             "cluster ECHO.PROMOTE",
         );
         assert!(
@@ -782,17 +679,14 @@ fn promote_across_slots_is_refused_with_crossslot_and_moves_nothing() {
             "cluster client, {pending}: {err}"
         );
         let pending_owner = cluster.owner(cluster.keyslot(pending));
-        let exists: i64 = redis::cmd("EXISTS")
-            .arg(pending)
-            .query(&mut cluster.conn(pending_owner))
-            .unwrap();
+        let exists: i64 = q!(&mut cluster.conn(pending_owner), "EXISTS", pending);
         assert_eq!(exists, 0, "{pending} was not created");
     }
     // All three jobs are due, yet none moved: the module never ran.
     assert_eq!(schedule_of(&mut con, schedule), before);
     assert_eq!(echomq_stat(&mut con, "echomq_promote_calls"), 0);
     // The same schedule with a pending key in its own slot does move them.
-    assert_eq!(promote(&mut con, schedule, "{east}:pending").unwrap(), 3);
+    assert_eq!(promote(&mut con, schedule, "{east}:pending"), 3);
 }
 
 #[test]
@@ -810,65 +704,49 @@ fn a_live_queue_survives_resharding_to_another_primary() {
 
     // A live queue: jittered future retries, plus work already pending.
     for i in 0..40 {
-        retry(&mut on_a, schedule, &format!("job-{i}"), FAR, i + 25).unwrap();
+        retry(&mut on_a, schedule, format!("job-{i}"), FAR, i + 25);
     }
     for i in 0..3 {
-        retry(&mut on_a, schedule, &format!("due-{i}"), "fixed:0", 1).unwrap();
+        retry(&mut on_a, schedule, format!("due-{i}"), "fixed:0", 1);
     }
-    assert_eq!(promote(&mut on_a, schedule, pending).unwrap(), 3);
+    assert_eq!(promote(&mut on_a, schedule, pending), 3);
     let mut expected = schedule_of(&mut on_a, schedule);
     let expected_pending = list_of(&mut on_a, pending);
     assert_eq!(expected.len(), 40);
     assert_eq!(expected_pending.len(), 3);
 
     let setslot = |con: &mut Connection, args: &[&str]| {
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SETSLOT").arg(slot).arg(args);
-        let _: () = cmd
-            .query(con)
-            .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {args:?}: {e}"));
+        let _: () = q!(con, "CLUSTER", "SETSLOT", slot, args);
     };
     let migrate = |con: &mut Connection, key: &str| {
-        let reply: String = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(cluster.port(b))
-            .arg("")
-            .arg(0)
-            .arg(10_000)
-            .arg("KEYS")
-            .arg(key)
-            .query(con)
-            .expect("MIGRATE");
+        // MIGRATE host port "" db timeout KEYS key: to B, database 0, within 10 s.
+        let to_b = ("127.0.0.1", cluster.port(b), "", 0, 10_000);
+        let reply: String = q!(con, "MIGRATE", to_b, "KEYS", key);
         assert_eq!(reply, "OK");
     };
     setslot(&mut on_b, &["IMPORTING", &a_id]);
     setslot(&mut on_a, &["MIGRATING", &b_id]);
     // While both keys are still on A, A serves the queue (nothing due).
-    assert_eq!(promote(&mut on_a, schedule, pending).unwrap(), 0);
+    assert_eq!(promote(&mut on_a, schedule, pending), 0);
 
     // Half way: the schedule on B, the pending list still on A.
     migrate(&mut on_a, schedule);
-    let err = refused(promote(&mut on_a, schedule, pending), "promote mid-move");
+    let err = err!(&mut on_a, "ECHO.PROMOTE", schedule, pending);
     assert!(err.starts_with("TRYAGAIN"), "{err}");
     assert_eq!(
-        refused(retry(&mut on_a, schedule, "x", "fixed:0", 1), "retry on A"),
+        retry_refused(&mut on_a, schedule),
         format!("ASK {slot} {b_addr}")
     );
     assert_eq!(
-        refused(retry(&mut on_b, schedule, "x", "fixed:0", 1), "retry on B"),
+        retry_refused(&mut on_b, schedule),
         format!("MOVED {slot} {a_addr}")
     );
-    let _: () = redis::cmd("ASKING").query(&mut on_b).unwrap();
-    let asked = retry(&mut on_b, schedule, "asked", "fixed:3600000", 1).expect("ASKING retry");
+    let _: () = q!(&mut on_b, "ASKING");
+    let asked = retry(&mut on_b, schedule, "asked", "fixed:3600000", 1);
     expected.insert("asked".into(), asked.to_string());
 
     migrate(&mut on_a, pending);
-    let left: Vec<String> = redis::cmd("CLUSTER")
-        .arg("GETKEYSINSLOT")
-        .arg(slot)
-        .arg(10)
-        .query(&mut on_a)
-        .unwrap();
+    let left: Vec<String> = q!(&mut on_a, "CLUSTER", "GETKEYSINSLOT", slot, 10);
     assert!(left.is_empty(), "{left:?} still on A");
     let third = *primaries.iter().find(|&&i| i != a && i != b).unwrap();
     setslot(&mut on_b, &["NODE", &b_id]);
@@ -891,23 +769,19 @@ fn a_live_queue_survives_resharding_to_another_primary() {
     assert_eq!(schedule_of(&mut on_b, schedule), expected);
     assert_eq!(list_of(&mut on_b, pending), expected_pending);
     assert_eq!(
-        refused(retry(&mut on_a, schedule, "x", "fixed:0", 1), "retry on A"),
+        retry_refused(&mut on_a, schedule),
         format!("MOVED {slot} {b_addr}")
     );
 
     // B runs the queue now.
-    let fire = retry(&mut on_b, schedule, "after-move", "fixed:0", 1).unwrap();
-    let score: i64 = redis::cmd("ZSCORE")
-        .arg(schedule)
-        .arg("after-move")
-        .query(&mut on_b)
-        .unwrap();
+    let fire = retry(&mut on_b, schedule, "after-move", "fixed:0", 1);
+    let score: i64 = q!(&mut on_b, "ZSCORE", schedule, "after-move");
     assert_eq!(score, fire);
-    assert_eq!(promote(&mut on_b, schedule, pending).unwrap(), 1);
+    assert_eq!(promote(&mut on_b, schedule, pending), 1);
     let mut now_pending = vec!["after-move".to_string()];
     now_pending.extend(expected_pending.iter().cloned());
     assert_eq!(list_of(&mut on_b, pending), now_pending);
-    let oldest: String = redis::cmd("RPOP").arg(pending).query(&mut on_b).unwrap();
+    let oldest: String = q!(&mut on_b, "RPOP", pending);
     assert_eq!(
         &oldest,
         expected_pending.last().unwrap(),
@@ -916,12 +790,8 @@ fn a_live_queue_survives_resharding_to_another_primary() {
 
     // A fresh cluster client finds the queue on B.
     let mut client = cluster.client();
-    let fire = retry(&mut client, schedule, "via-client", "fixed:1000", 1).unwrap();
-    let score: i64 = redis::cmd("ZSCORE")
-        .arg(schedule)
-        .arg("via-client")
-        .query(&mut on_b)
-        .unwrap();
+    let fire = retry(&mut client, schedule, "via-client", "fixed:1000", 1);
+    let score: i64 = q!(&mut on_b, "ZSCORE", schedule, "via-client");
     assert_eq!(score, fire);
 
     // B's replica holds the same data as B.
@@ -949,7 +819,7 @@ fn acknowledged_retries_survive_the_failover_of_their_primary() {
         thread::spawn(move || {
             for i in 0u64.. {
                 let job = format!("job-{i}");
-                let Ok(fire) = retry(&mut con, schedule, &job, FAR, i % 20 + 25) else {
+                let Ok(fire) = try_retry(&mut con, schedule, &job, FAR, i % 20 + 25) else {
                     return;
                 };
                 match wait_replicas(&mut con, 5000) {
@@ -986,7 +856,7 @@ fn acknowledged_retries_survive_the_failover_of_their_primary() {
     }
     cluster.wait_stable(Duration::from_secs(30));
     assert_eq!(cluster.owner(slot), replica);
-    let role: Vec<Value> = redis::cmd("ROLE").query(&mut con).unwrap();
+    let role: Vec<Value> = q!(&mut con, "ROLE");
     assert_eq!(role[0], Value::BulkString(b"master".to_vec()));
 
     // Every acknowledged retry is there, with the very score that was replied.
@@ -1002,32 +872,20 @@ fn acknowledged_retries_survive_the_failover_of_their_primary() {
     assert!(held.len() <= acked.len() + 1, "{} held", held.len());
 
     // The new primary runs the queue; the others redirect to it.
-    let fire = retry(&mut con, schedule, "after-failover", "fixed:0", 1).unwrap();
-    let score: i64 = redis::cmd("ZSCORE")
-        .arg(schedule)
-        .arg("after-failover")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(score, fire);
-    assert_eq!(promote(&mut con, schedule, pending).unwrap(), 1);
-    let popped: String = redis::cmd("RPOP").arg(pending).query(&mut con).unwrap();
-    assert_eq!(popped, "after-failover");
+    one_job_through(&mut con, schedule, pending, "after-failover");
     for other in cluster.primaries().into_iter().filter(|&i| i != replica) {
         assert_eq!(
-            refused(
-                retry(&mut cluster.conn(other), schedule, "x", "fixed:0", 1),
-                "retry elsewhere"
-            ),
+            retry_refused(&mut cluster.conn(other), schedule),
             format!("MOVED {slot} {replica_addr}")
         );
     }
     let mut client = cluster.client();
-    let fire = retry(&mut client, schedule, "via-client", "fixed:0", 1).unwrap();
+    let fire = retry(&mut client, schedule, "via-client", "fixed:0", 1);
     assert_eq!(
         schedule_of(&mut con, schedule).get("via-client"),
         Some(&fire.to_string())
     );
-    assert_eq!(promote(&mut client, schedule, pending).unwrap(), 1);
+    assert_eq!(promote(&mut client, schedule, pending), 1);
 }
 
 #[test]
@@ -1057,17 +915,16 @@ fn replicas_receive_the_effects_not_the_commands() {
             &job,
             policies[i as usize % 4],
             i % 7 + 1,
-        )
-        .unwrap();
+        );
         if i % 40 == 39 {
-            moved += promote(&mut con, schedule, pending).unwrap();
+            moved += promote(&mut con, schedule, pending);
             sleep(Duration::from_millis(5));
         }
     }
     sleep(Duration::from_millis(50));
-    moved += promote(&mut con, schedule, pending).unwrap();
+    moved += promote(&mut con, schedule, pending);
     assert!(moved > 0, "some work was promoted");
-    let card: i64 = redis::cmd("ZCARD").arg(schedule).query(&mut con).unwrap();
+    let card: i64 = q!(&mut con, "ZCARD", schedule);
     assert!(card > 0, "some work still scheduled");
 
     let acked = wait_replicas(&mut con, 10_000).expect("WAIT");
@@ -1075,7 +932,7 @@ fn replicas_receive_the_effects_not_the_commands() {
     let primary_digest = digest(&mut con);
     assert_ne!(primary_digest, "0".repeat(40));
     assert_eq!(digest(&mut rcon), primary_digest, "replica == primary");
-    let _: () = redis::cmd("READONLY").query(&mut rcon).unwrap();
+    let _: () = q!(&mut rcon, "READONLY");
     assert_eq!(
         schedule_of(&mut rcon, schedule),
         schedule_of(&mut con, schedule),
@@ -1085,7 +942,7 @@ fn replicas_receive_the_effects_not_the_commands() {
 
     // The replica ran ZADD/ZREM/LPUSH, never an ECHO.* command.
     let stats = |con: &mut Connection| -> Vec<String> {
-        let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+        let info: String = q!(con, "INFO", "commandstats");
         info.lines()
             .filter_map(|l| l.strip_prefix("cmdstat_"))
             .filter_map(|l| l.split(':').next())
@@ -1111,13 +968,7 @@ fn replicas_receive_the_effects_not_the_commands() {
     // The read-only ECHO.SPREAD serves reads from the replica, alike.
     let now = server_time_ms(&mut con);
     let spread = |c: &mut Connection| -> Vec<i64> {
-        redis::cmd("ECHO.SPREAD")
-            .arg(schedule)
-            .arg(now - 60_000)
-            .arg(now + 60_000)
-            .arg(24)
-            .query(c)
-            .expect("ECHO.SPREAD")
+        q!(c, "ECHO.SPREAD", schedule, now - 60_000, now + 60_000, 24)
     };
     let on_replica = spread(&mut rcon);
     assert_eq!(on_replica, spread(&mut con));

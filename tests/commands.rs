@@ -8,25 +8,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn retry(con: &mut Connection, key: &str, job: &[u8], policy: &str, attempts: u64) -> i64 {
-    redis::cmd("ECHO.RETRY")
-        .arg(key)
-        .arg(job)
-        .arg(policy)
-        .arg(attempts)
-        .query(con)
-        .expect("ECHO.RETRY")
-}
-
-fn promote(con: &mut Connection, schedule: &str, pending: &str, limit: Option<u64>) -> i64 {
-    let mut cmd = redis::cmd("ECHO.PROMOTE");
-    cmd.arg(schedule).arg(pending);
-    if let Some(n) = limit {
-        cmd.arg("LIMIT").arg(n);
-    }
-    cmd.query(con).expect("ECHO.PROMOTE")
-}
-
 #[test]
 fn module_loads_from_valkey_conf_and_declares_its_keys() {
     // The project's own valkey.conf, as `make run` uses it, with a free port.
@@ -40,28 +21,14 @@ fn module_loads_from_valkey_conf_and_declares_its_keys() {
     options.cwd = Some(root.into());
     let server = Server::start_with(options);
     let mut con = server.conn();
-    let modules: Value = redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
+    let modules: Value = q!(&mut con, "MODULE", "LIST");
     assert!(format!("{modules:?}").contains("echomq"), "{modules:?}");
 
-    let keys: Vec<String> = redis::cmd("COMMAND")
-        .arg("GETKEYS")
-        .arg("ECHO.RETRY")
-        .arg("sched")
-        .arg("job")
-        .arg("fixed:1")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    let retry = ["ECHO.RETRY", "sched", "job", "fixed:1", "1"];
+    let keys: Vec<String> = q!(&mut con, "COMMAND", "GETKEYS", &retry);
     assert_eq!(keys, ["sched"]);
-    let keys: Vec<String> = redis::cmd("COMMAND")
-        .arg("GETKEYS")
-        .arg("ECHO.PROMOTE")
-        .arg("sched")
-        .arg("pend")
-        .arg("LIMIT")
-        .arg(5)
-        .query(&mut con)
-        .unwrap();
+    let promote = ["ECHO.PROMOTE", "sched", "pend", "LIMIT", "5"];
+    let keys: Vec<String> = q!(&mut con, "COMMAND", "GETKEYS", &promote);
     assert_eq!(keys, ["sched", "pend"]);
 }
 
@@ -85,15 +52,11 @@ fn retry_replies_the_score_it_wrote_from_the_server_clock() {
             before + delay_ms <= fire_at && fire_at <= after + delay_ms,
             "{policy} {attempts}: {before} + {delay_ms} <= {fire_at} <= {after} + {delay_ms}"
         );
-        let score: i64 = redis::cmd("ZSCORE")
-            .arg("s")
-            .arg("job")
-            .query(&mut con)
-            .unwrap();
+        let score: i64 = q!(&mut con, "ZSCORE", "s", "job");
         assert_eq!(score, fire_at, "the reply is the score written");
     }
     // each retry replaced the score: one member
-    let card: i64 = redis::cmd("ZCARD").arg("s").query(&mut con).unwrap();
+    let card: i64 = q!(&mut con, "ZCARD", "s");
     assert_eq!(card, 1);
 }
 
@@ -124,14 +87,10 @@ fn binary_job_names_round_trip() {
     let mut con = server.conn();
     let job: &[u8] = b"\x00\xff\r\nj\x00b \"quoted\"";
     let fire_at = retry(&mut con, "s", job, "fixed:0", 1);
-    let score: i64 = redis::cmd("ZSCORE")
-        .arg("s")
-        .arg(job)
-        .query(&mut con)
-        .unwrap();
+    let score: i64 = q!(&mut con, "ZSCORE", "s", job);
     assert_eq!(score, fire_at);
-    assert_eq!(promote(&mut con, "s", "p", None), 1);
-    let popped: Vec<u8> = redis::cmd("RPOP").arg("p").query(&mut con).unwrap();
+    assert_eq!(promote(&mut con, "s", "p"), 1);
+    let popped: Vec<u8> = q!(&mut con, "RPOP", "p");
     assert_eq!(popped, job);
 }
 
@@ -139,28 +98,12 @@ fn binary_job_names_round_trip() {
 fn retry_on_a_wrong_type_writes_nothing() {
     let server = Server::start();
     let mut con = server.conn();
-    let _: () = redis::cmd("SET")
-        .arg("str")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("LPUSH")
-        .arg("list")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg("hash")
-        .arg("f")
-        .arg("v")
-        .query(&mut con)
-        .unwrap();
+    let _: () = q!(&mut con, "SET", "str", "x");
+    let _: () = q!(&mut con, "LPUSH", "list", "x");
+    let _: () = q!(&mut con, "HSET", "hash", "f", "v");
     let before = digest(&mut con);
     for key in ["str", "list", "hash"] {
-        let err = error_of(
-            &mut con,
-            &[b"ECHO.RETRY", key.as_bytes(), b"job", b"fixed:1", b"1"],
-        );
+        let err = err!(&mut con, "ECHO.RETRY", key, "job", "fixed:1", "1");
         assert!(err.starts_with("WRONGTYPE"), "{key}: {err}");
     }
     assert_eq!(digest(&mut con), before);
@@ -178,15 +121,11 @@ fn delay_computes_without_writing() {
         ("exponential:100:10000", 1000, 10_000),
         ("jitter:fixed:0", 1, 0),
     ] {
-        let got: i64 = redis::cmd("ECHO.DELAY")
-            .arg(policy)
-            .arg(attempts)
-            .query(&mut con)
-            .unwrap();
+        let got: i64 = q!(&mut con, "ECHO.DELAY", policy, attempts);
         assert_eq!(got, want, "{policy} {attempts}");
     }
     assert_eq!(digest(&mut con), before);
-    let keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    let keys: i64 = q!(&mut con, "DBSIZE");
     assert_eq!(keys, 0);
 }
 
@@ -268,11 +207,7 @@ fn cohort_fire_times(con: &mut Connection, key: &str, policy: &str) -> Vec<i64> 
     let mut pipe = redis::pipe();
     pipe.atomic();
     for i in 0..50 {
-        pipe.cmd("ECHO.RETRY")
-            .arg(key)
-            .arg(format!("job-{i}"))
-            .arg(policy)
-            .arg(3);
+        pipe.add_command(cmd!("ECHO.RETRY", key, format!("job-{i}"), policy, 3));
     }
     pipe.query(con).expect("MULTI cohort")
 }
@@ -311,37 +246,16 @@ fn promote_moves_only_due_members_earliest_first() {
     let server = Server::start();
     let mut con = server.conn();
     let now = server_time_ms(&mut con);
-    let _: () = redis::cmd("ZADD")
-        .arg("s")
-        .arg(now - 3000)
-        .arg("c")
-        .arg(now - 5000)
-        .arg("a")
-        .arg(now - 4000)
-        .arg("b")
-        .arg(now + 1_000_000)
-        .arg("future")
-        .arg(now + 2_000_000)
-        .arg("later")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(promote(&mut con, "s", "p", None), 3);
-    let pending: Vec<String> = redis::cmd("LRANGE")
-        .arg("p")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
+    let due = [(now - 3000, "c"), (now - 5000, "a"), (now - 4000, "b")];
+    let not_due = [(now + 1_000_000, "future"), (now + 2_000_000, "later")];
+    let _: () = q!(&mut con, "ZADD", "s", &due, &not_due);
+    assert_eq!(promote(&mut con, "s", "p"), 3);
+    let pending: Vec<String> = q!(&mut con, "LRANGE", "p", 0, -1);
     assert_eq!(pending, ["c", "b", "a"], "earliest-due at the right end");
-    let left: Vec<String> = redis::cmd("ZRANGE")
-        .arg("s")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
+    let left: Vec<String> = q!(&mut con, "ZRANGE", "s", 0, -1);
     assert_eq!(left, ["future", "later"]);
-    assert_eq!(promote(&mut con, "s", "p", None), 0);
-    let first: String = redis::cmd("RPOP").arg("p").query(&mut con).unwrap();
+    assert_eq!(promote(&mut con, "s", "p"), 0);
+    let first: String = q!(&mut con, "RPOP", "p");
     assert_eq!(first, "a", "first due, first out");
 }
 
@@ -349,18 +263,9 @@ fn promote_moves_only_due_members_earliest_first() {
 fn promote_ties_follow_the_sorted_set_order() {
     let server = Server::start();
     let mut con = server.conn();
-    let _: () = redis::cmd("ZADD")
-        .arg("s")
-        .arg(1)
-        .arg("m3")
-        .arg(1)
-        .arg("m1")
-        .arg(1)
-        .arg("m2")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(promote(&mut con, "s", "p", None), 3);
-    let order: Vec<String> = redis::cmd("RPOP").arg("p").arg(3).query(&mut con).unwrap();
+    let _: () = q!(&mut con, "ZADD", "s", 1, "m3", 1, "m1", 1, "m2");
+    assert_eq!(promote(&mut con, "s", "p"), 3);
+    let order: Vec<String> = q!(&mut con, "RPOP", "p", 3);
     assert_eq!(order, ["m1", "m2", "m3"]);
 }
 
@@ -370,69 +275,42 @@ fn promote_honours_limit_and_the_default_of_1000() {
     let mut con = server.conn();
     let mut pipe = redis::pipe();
     for i in 0..1500 {
-        pipe.cmd("ZADD")
-            .arg("s")
-            .arg(i)
-            .arg(format!("m{i:04}"))
+        pipe.add_command(cmd!("ZADD", "s", i, format!("m{i:04}")))
             .ignore();
     }
     let _: () = pipe.query(&mut con).unwrap();
-    assert_eq!(promote(&mut con, "s", "p", Some(3)), 3);
-    let three: Vec<String> = redis::cmd("LRANGE")
-        .arg("p")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
+    let moved: i64 = q!(&mut con, "ECHO.PROMOTE", "s", "p", "LIMIT", 3);
+    assert_eq!(moved, 3);
+    let three: Vec<String> = q!(&mut con, "LRANGE", "p", 0, -1);
     assert_eq!(three, ["m0002", "m0001", "m0000"]);
-    assert_eq!(promote(&mut con, "s", "p", None), 1000);
-    assert_eq!(promote(&mut con, "s", "p", None), 497);
-    let len: i64 = redis::cmd("LLEN").arg("p").query(&mut con).unwrap();
+    assert_eq!(promote(&mut con, "s", "p"), 1000);
+    assert_eq!(promote(&mut con, "s", "p"), 497);
+    let len: i64 = q!(&mut con, "LLEN", "p");
     assert_eq!(len, 1500);
     // the list holds each member once, in fire-time order from the right
-    let all: Vec<String> = redis::cmd("LRANGE")
-        .arg("p")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
+    let all: Vec<String> = q!(&mut con, "LRANGE", "p", 0, -1);
     let want: Vec<String> = (0..1500).rev().map(|i| format!("m{i:04}")).collect();
     assert_eq!(all, want);
     // a huge LIMIT is fine
-    let _: () = redis::cmd("ZADD")
-        .arg("s")
-        .arg(1)
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(promote(&mut con, "s", "p", Some(9223372036854775807)), 1);
+    let _: () = q!(&mut con, "ZADD", "s", 1, "x");
+    let moved: i64 = q!(&mut con, "ECHO.PROMOTE", "s", "p", "LIMIT", i64::MAX);
+    assert_eq!(moved, 1);
 }
 
 #[test]
 fn promote_puts_new_work_behind_older_pending_work_and_deletes_an_emptied_schedule() {
     let server = Server::start();
     let mut con = server.conn();
-    let _: () = redis::cmd("LPUSH")
-        .arg("p")
-        .arg("old")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg("s")
-        .arg(1)
-        .arg("a")
-        .arg(2)
-        .arg("b")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(promote(&mut con, "s", "p", None), 2);
-    let exists: i64 = redis::cmd("EXISTS").arg("s").query(&mut con).unwrap();
+    let _: () = q!(&mut con, "LPUSH", "p", "old");
+    let _: () = q!(&mut con, "ZADD", "s", 1, "a", 2, "b");
+    assert_eq!(promote(&mut con, "s", "p"), 2);
+    let exists: i64 = q!(&mut con, "EXISTS", "s");
     assert_eq!(exists, 0, "an emptied schedule disappears");
-    let order: Vec<String> = redis::cmd("RPOP").arg("p").arg(3).query(&mut con).unwrap();
+    let order: Vec<String> = q!(&mut con, "RPOP", "p", 3);
     assert_eq!(order, ["old", "a", "b"]);
     // a missing schedule promotes nothing and creates nothing
-    assert_eq!(promote(&mut con, "s", "p", None), 0);
-    let keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(promote(&mut con, "s", "p"), 0);
+    let keys: i64 = q!(&mut con, "DBSIZE");
     assert_eq!(keys, 0);
 }
 
@@ -440,33 +318,11 @@ fn promote_puts_new_work_behind_older_pending_work_and_deletes_an_emptied_schedu
 fn promote_refuses_wrong_types_before_moving_anything() {
     let server = Server::start();
     let mut con = server.conn();
-    let _: () = redis::cmd("ZADD")
-        .arg("s")
-        .arg(1)
-        .arg("due")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg("future")
-        .arg(9e15)
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("str")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("SADD")
-        .arg("set")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("LPUSH")
-        .arg("list")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
+    let _: () = q!(&mut con, "ZADD", "s", 1, "due");
+    let _: () = q!(&mut con, "ZADD", "future", 9e15, "x");
+    let _: () = q!(&mut con, "SET", "str", "x");
+    let _: () = q!(&mut con, "SADD", "set", "x");
+    let _: () = q!(&mut con, "LPUSH", "list", "x");
     let before = digest(&mut con);
     for (schedule, pending) in [
         ("str", "p"), // schedule not a zset
@@ -476,13 +332,10 @@ fn promote_refuses_wrong_types_before_moving_anything() {
         ("future", "str"),  // nothing due
         ("missing", "str"), // schedule missing
     ] {
-        let err = error_of(
-            &mut con,
-            &[b"ECHO.PROMOTE", schedule.as_bytes(), pending.as_bytes()],
-        );
+        let err = err!(&mut con, "ECHO.PROMOTE", schedule, pending);
         assert!(err.starts_with("WRONGTYPE"), "{schedule} {pending}: {err}");
     }
-    let err = error_of(&mut con, &[b"ECHO.PROMOTE", b"s", b"s"]);
+    let err = err!(&mut con, "ECHO.PROMOTE", "s", "s");
     assert!(err.starts_with("ERR"), "{err}");
     assert_eq!(digest(&mut con), before, "nothing moved");
 }
@@ -492,31 +345,14 @@ fn promote_wakes_a_client_blocked_on_pending() {
     let server = Server::start();
     let mut con = server.conn();
     let mut waiter = server.conn();
-    let blocked = thread::spawn(move || -> Option<(String, String)> {
-        redis::cmd("BRPOP")
-            .arg("p")
-            .arg(30)
-            .query(&mut waiter)
-            .unwrap()
-    });
+    let blocked =
+        thread::spawn(move || -> Option<(String, String)> { q!(&mut waiter, "BRPOP", "p", 30) });
     wait_blocked_clients(&mut con, 1);
-    let _: () = redis::cmd("ZADD")
-        .arg("s")
-        .arg(1)
-        .arg("first")
-        .arg(2)
-        .arg("second")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(promote(&mut con, "s", "p", None), 2);
+    let _: () = q!(&mut con, "ZADD", "s", 1, "first", 2, "second");
+    assert_eq!(promote(&mut con, "s", "p"), 2);
     let got = blocked.join().unwrap();
     assert_eq!(got, Some(("p".to_string(), "first".to_string())));
-    let left: Vec<String> = redis::cmd("LRANGE")
-        .arg("p")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
+    let left: Vec<String> = q!(&mut con, "LRANGE", "p", 0, -1);
     assert_eq!(left, ["second"]);
 }
 
@@ -527,14 +363,9 @@ fn promote_invalidates_watch_only_when_it_writes() {
     let mut other = server.conn();
     for watched in ["s", "p"] {
         // nothing due: no write, the transaction goes through
-        let _: () = redis::cmd("ZADD")
-            .arg("s")
-            .arg(9e15)
-            .arg("future")
-            .query(&mut con)
-            .unwrap();
-        let _: () = redis::cmd("WATCH").arg(watched).query(&mut con).unwrap();
-        assert_eq!(promote(&mut other, "s", "p", None), 0);
+        let _: () = q!(&mut con, "ZADD", "s", 9e15, "future");
+        let _: () = q!(&mut con, "WATCH", watched);
+        assert_eq!(promote(&mut other, "s", "p"), 0);
         let r: Option<Vec<String>> = redis::pipe().atomic().cmd("PING").query(&mut con).unwrap();
         assert!(
             r.is_some(),
@@ -542,19 +373,14 @@ fn promote_invalidates_watch_only_when_it_writes() {
         );
 
         // something due: WATCH on either key fails
-        let _: () = redis::cmd("ZADD")
-            .arg("s")
-            .arg(1)
-            .arg("due")
-            .query(&mut con)
-            .unwrap();
-        let _: () = redis::cmd("WATCH").arg(watched).query(&mut con).unwrap();
-        assert_eq!(promote(&mut other, "s", "p", None), 1);
+        let _: () = q!(&mut con, "ZADD", "s", 1, "due");
+        let _: () = q!(&mut con, "WATCH", watched);
+        assert_eq!(promote(&mut other, "s", "p"), 1);
         let r: Option<Vec<String>> = redis::pipe().atomic().cmd("PING").query(&mut con).unwrap();
         assert!(r.is_none(), "{watched}: WATCH must be invalidated");
     }
     // ECHO.RETRY invalidates WATCH on the schedule too
-    let _: () = redis::cmd("WATCH").arg("s").query(&mut con).unwrap();
+    let _: () = q!(&mut con, "WATCH", "s");
     retry(&mut other, "s", b"j", "fixed:5", 1);
     let r: Option<Vec<String>> = redis::pipe().atomic().cmd("PING").query(&mut con).unwrap();
     assert!(r.is_none());
@@ -571,13 +397,9 @@ fn retry_then_promote_then_consume_end_to_end() {
         fire.entry(t).or_default().push(job);
     }
     thread::sleep(Duration::from_millis(250));
-    assert_eq!(promote(&mut con, "q:s", "q:p", None), 100);
-    let mut got = Vec::new();
-    while let Some(job) = redis::cmd("RPOP")
-        .arg("q:p")
-        .query::<Option<String>>(&mut con)
-        .unwrap()
-    {
+    assert_eq!(promote(&mut con, "q:s", "q:p"), 100);
+    let mut got: Vec<String> = Vec::new();
+    while let Some(job) = q!(&mut con, "RPOP", "q:p") {
         got.push(job);
     }
     // consumed in fire-time order (ties in member order)
@@ -595,14 +417,8 @@ fn retry_then_promote_then_consume_end_to_end() {
 fn the_server_checks_arity_and_knows_each_key_spec() {
     let server = Server::start();
     let mut con = server.conn();
-    let info: Value = redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg("ECHO.RETRY")
-        .arg("ECHO.PROMOTE")
-        .arg("ECHO.DELAY")
-        .arg("ECHO.SPREAD")
-        .query(&mut con)
-        .unwrap();
+    let names = ["ECHO.RETRY", "ECHO.PROMOTE", "ECHO.DELAY", "ECHO.SPREAD"];
+    let info: Value = q!(&mut con, "COMMAND", "INFO", &names);
     let Value::Array(commands) = info else {
         panic!("{info:?}")
     };
@@ -632,19 +448,13 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
 
     // A wrong argument count inside MULTI is refused when queued, as for a
     // native command, and the whole transaction is discarded.
-    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
-    let queued: String = redis::cmd("ECHO.RETRY")
-        .arg("s")
-        .arg("ok")
-        .arg("fixed:1")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    let _: () = q!(&mut con, "MULTI");
+    let queued: String = q!(&mut con, "ECHO.RETRY", "s", "ok", "fixed:1", 1);
     assert_eq!(queued, "QUEUED");
-    let err = error_of(&mut con, &[b"ECHO.RETRY", b"s", b"job"]);
+    let err = err!(&mut con, "ECHO.RETRY", "s", "job");
     assert!(err.starts_with("ERR wrong number of arguments"), "{err}");
-    let err = error_of(&mut con, &[b"EXEC"]);
+    let err = err!(&mut con, "EXEC");
     assert!(err.starts_with("EXECABORT"), "{err}");
-    let keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    let keys: i64 = q!(&mut con, "DBSIZE");
     assert_eq!(keys, 0);
 }

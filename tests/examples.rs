@@ -236,12 +236,8 @@ fn wait_all(mut workers: Vec<(String, Child)>) -> Vec<String> {
 }
 
 fn seed(con: &mut Connection, queue: &str, n: usize) {
-    let mut cmd = redis::cmd("LPUSH");
-    cmd.arg(format!("{{{queue}}}:pending"));
-    for i in 0..n {
-        cmd.arg(format!("job-{i}"));
-    }
-    let _: i64 = cmd.query(con).expect("seed");
+    let jobs: Vec<String> = (0..n).map(|i| format!("job-{i}")).collect();
+    let _: i64 = q!(con, "LPUSH", format!("{{{queue}}}:pending"), &jobs);
 }
 
 fn failures(i: usize) -> u64 {
@@ -252,12 +248,7 @@ fn failures(i: usize) -> u64 {
 /// with nothing left queued; the module's counters agree.
 fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<String, u64> {
     let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
-    let done: Vec<String> = redis::cmd("LRANGE")
-        .arg(key("done"))
-        .arg(0)
-        .arg(-1)
-        .query(con)
-        .unwrap();
+    let done: Vec<String> = q!(con, "LRANGE", key("done"), 0, -1);
     let unique: HashSet<&String> = done.iter().collect();
     assert_eq!(unique.len(), done.len(), "a job was done twice");
     let want: HashSet<String> = (0..n).map(|i| format!("job-{i}")).collect();
@@ -270,10 +261,7 @@ fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<S
     );
     assert_eq!(done.len(), n);
 
-    let attempts: BTreeMap<String, u64> = redis::cmd("HGETALL")
-        .arg(key("attempts"))
-        .query(con)
-        .unwrap();
+    let attempts: BTreeMap<String, u64> = q!(con, "HGETALL", key("attempts"));
     for i in 0..n {
         let job = format!("job-{i}");
         assert_eq!(
@@ -282,8 +270,8 @@ fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<S
             "{job}: attempts"
         );
     }
-    let pending: i64 = redis::cmd("LLEN").arg(key("pending")).query(con).unwrap();
-    let scheduled: i64 = redis::cmd("ZCARD").arg(key("schedule")).query(con).unwrap();
+    let pending: i64 = q!(con, "LLEN", key("pending"));
+    let scheduled: i64 = q!(con, "ZCARD", key("schedule"));
     assert_eq!((pending, scheduled), (0, 0), "work left behind");
 
     // Each failure was one jittered ECHO.RETRY, and each retry was promoted once.
@@ -301,48 +289,60 @@ fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<S
         );
     }
 
-    let by: BTreeMap<String, u64> = redis::cmd("HGETALL")
-        .arg(key("done-by"))
-        .query(con)
-        .unwrap();
+    let by: BTreeMap<String, u64> = q!(con, "HGETALL", key("done-by"));
     assert_eq!(by.values().sum::<u64>(), n as u64, "{by:?}");
     by
 }
 
-#[test]
-fn rust_workers_do_every_job_exactly_once() {
+/// Seeds `n` jobs on `queue`, runs the workers `spawn` starts against a fresh
+/// server, and checks every job was done exactly once; returns who did what.
+fn run_workers(
+    queue: &str,
+    n: usize,
+    spawn: impl FnOnce(&Server) -> Vec<(String, Child)>,
+) -> BTreeMap<String, u64> {
     let server = Server::start();
     let mut con = server.conn();
-    let n = 300;
-    seed(&mut con, "orders", n);
-    wait_all(vec![
-        spawn_rust(&server, "orders", n, "rust-a"),
-        spawn_rust(&server, "orders", n, "rust-b"),
-    ]);
-    let by = check_exactly_once(&mut con, "orders", n);
+    seed(&mut con, queue, n);
+    wait_all(spawn(&server));
+    check_exactly_once(&mut con, queue, n)
+}
+
+/// The python3 for the workers, or None after saying why `test` is skipped.
+fn python_or_skip(test: &str) -> Option<&'static Path> {
+    match python() {
+        Ok(p) => Some(p),
+        Err(why) => {
+            announce(&format!("SKIPPED {test}: {why}"));
+            None
+        }
+    }
+}
+
+#[test]
+fn rust_workers_do_every_job_exactly_once() {
+    let (queue, n) = ("orders", 300);
+    let by = run_workers(queue, n, |server| {
+        vec![
+            spawn_rust(server, queue, n, "rust-a"),
+            spawn_rust(server, queue, n, "rust-b"),
+        ]
+    });
     println!("completions by worker: {by:?}");
 }
 
 #[test]
 fn python_workers_do_every_job_exactly_once() {
-    let python = match python() {
-        Ok(p) => p,
-        Err(why) => {
-            announce(&format!(
-                "SKIPPED python_workers_do_every_job_exactly_once: {why}"
-            ));
-            return;
-        }
+    let Some(python) = python_or_skip("python_workers_do_every_job_exactly_once") else {
+        return;
     };
-    let server = Server::start();
-    let mut con = server.conn();
-    let n = 300;
-    seed(&mut con, "orders", n);
-    wait_all(vec![
-        spawn_python(python, &server, "orders", n, "python-a"),
-        spawn_python(python, &server, "orders", n, "python-b"),
-    ]);
-    let by = check_exactly_once(&mut con, "orders", n);
+    let (queue, n) = ("orders", 300);
+    let by = run_workers(queue, n, |server| {
+        vec![
+            spawn_python(python, server, queue, n, "python-a"),
+            spawn_python(python, server, queue, n, "python-b"),
+        ]
+    });
     println!(
         "python: {}; completions by worker: {by:?}",
         python.display()
@@ -351,24 +351,16 @@ fn python_workers_do_every_job_exactly_once() {
 
 #[test]
 fn rust_and_python_workers_share_one_queue() {
-    let python = match python() {
-        Ok(p) => p,
-        Err(why) => {
-            announce(&format!(
-                "SKIPPED rust_and_python_workers_share_one_queue: {why}"
-            ));
-            return;
-        }
+    let Some(python) = python_or_skip("rust_and_python_workers_share_one_queue") else {
+        return;
     };
-    let server = Server::start();
-    let mut con = server.conn();
-    let n = 400;
-    seed(&mut con, "mixed", n);
-    wait_all(vec![
-        spawn_python(python, &server, "mixed", n, "python"),
-        spawn_rust(&server, "mixed", n, "rust"),
-    ]);
-    let by = check_exactly_once(&mut con, "mixed", n);
+    let (queue, n) = ("mixed", 400);
+    let by = run_workers(queue, n, |server| {
+        vec![
+            spawn_python(python, server, queue, n, "python"),
+            spawn_rust(server, queue, n, "rust"),
+        ]
+    });
     println!("completions by worker: {by:?}");
 }
 

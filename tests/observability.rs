@@ -6,23 +6,12 @@ mod common;
 use common::*;
 
 fn spread(con: &mut Connection, key: &str, start_ms: i64, end_ms: i64, buckets: u64) -> Vec<i64> {
-    redis::cmd("ECHO.SPREAD")
-        .arg(key)
-        .arg(start_ms)
-        .arg(end_ms)
-        .arg(buckets)
-        .query(con)
-        .unwrap_or_else(|e| panic!("ECHO.SPREAD {key} {start_ms} {end_ms} {buckets}: {e}"))
+    q!(con, "ECHO.SPREAD", key, start_ms, end_ms, buckets)
 }
 
 /// ZADD with scores given as the text the server parses (fractions, `-inf`).
 fn zadd(con: &mut Connection, key: &str, members: &[(&str, &str)]) {
-    let mut cmd = redis::cmd("ZADD");
-    cmd.arg(key);
-    for (score, member) in members {
-        cmd.arg(*score).arg(*member);
-    }
-    let _: i64 = cmd.query(con).expect("ZADD");
+    let _: i64 = q!(con, "ZADD", key, members);
 }
 
 /// The contract's bucket `i`: `[start + floor(i*W/b), start + floor((i+1)*W/b))`,
@@ -79,10 +68,7 @@ fn every_integer_score_lands_in_the_bucket_the_formula_gives() {
     // count exactly its width, hi - lo (0 for an empty bucket when W < b).
     let mut pipe = redis::pipe();
     for s in -300..=500 {
-        pipe.cmd("ZADD")
-            .arg("s")
-            .arg(s)
-            .arg(format!("m{s}"))
+        pipe.add_command(cmd!("ZADD", "s", s, format!("m{s}")))
             .ignore();
     }
     let _: () = pipe.query(&mut con).unwrap();
@@ -163,7 +149,7 @@ fn a_missing_key_is_all_zeros() {
     assert_eq!(spread(&mut con, "missing", -5, 5, 1), [0]);
     let many = spread(&mut con, "missing", 0, 1_000_000, 10_000);
     assert_eq!(many, vec![0; 10_000]);
-    let keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    let keys: i64 = q!(&mut con, "DBSIZE");
     assert_eq!(keys, 0, "a read creates nothing");
 }
 
@@ -171,35 +157,15 @@ fn a_missing_key_is_all_zeros() {
 fn wrong_types_and_malformed_arguments_are_refused() {
     let server = Server::start();
     let mut con = server.conn();
-    let _: () = redis::cmd("SET")
-        .arg("str")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("LPUSH")
-        .arg("list")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("SADD")
-        .arg("set")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg("hash")
-        .arg("f")
-        .arg("v")
-        .query(&mut con)
-        .unwrap();
+    let _: () = q!(&mut con, "SET", "str", "x");
+    let _: () = q!(&mut con, "LPUSH", "list", "x");
+    let _: () = q!(&mut con, "SADD", "set", "x");
+    let _: () = q!(&mut con, "HSET", "hash", "f", "v");
     zadd(&mut con, "z", &[("1", "m")]);
     let before = digest(&mut con);
 
     for key in ["str", "list", "set", "hash"] {
-        let err = error_of(
-            &mut con,
-            &[b"ECHO.SPREAD", key.as_bytes(), b"0", b"10", b"2"],
-        );
+        let err = err!(&mut con, "ECHO.SPREAD", key, "0", "10", "2");
         assert!(err.starts_with("WRONGTYPE"), "{key}: {err}");
     }
 
@@ -231,16 +197,7 @@ fn wrong_types_and_malformed_arguments_are_refused() {
     ];
     for &(start, end, buckets, names) in bad {
         for key in ["z", "missing", "str"] {
-            let err = error_of(
-                &mut con,
-                &[
-                    b"ECHO.SPREAD",
-                    key.as_bytes(),
-                    start.as_bytes(),
-                    end.as_bytes(),
-                    buckets.as_bytes(),
-                ],
-            );
+            let err = err!(&mut con, "ECHO.SPREAD", key, start, end, buckets);
             assert!(
                 err.starts_with("ERR") && err.contains(names),
                 "{key} [{start:?},{end:?}) in {buckets:?}: {err}"
@@ -264,7 +221,7 @@ fn wrong_types_and_malformed_arguments_are_refused() {
         );
     }
     assert_eq!(digest(&mut con), before, "nothing written");
-    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    let pong: String = q!(&mut con, "PING");
     assert_eq!(pong, "PONG");
 }
 
@@ -275,11 +232,7 @@ fn cohort(con: &mut Connection, key: &str, policy: &str, n: usize) -> (i64, Vec<
     let mut pipe = redis::pipe();
     pipe.atomic().cmd("TIME");
     for i in 0..n {
-        pipe.cmd("ECHO.RETRY")
-            .arg(key)
-            .arg(format!("job-{i}"))
-            .arg(policy)
-            .arg(3);
+        pipe.add_command(cmd!("ECHO.RETRY", key, format!("job-{i}"), policy, 3));
     }
     let (time, fire): ((i64, i64), Vec<i64>) = {
         let replies: Vec<Value> = pipe.query(con).expect("MULTI cohort");
@@ -348,7 +301,7 @@ struct Counters {
 }
 
 fn counters(con: &mut Connection) -> Counters {
-    let info: String = redis::cmd("INFO").arg("echomq").query(con).expect("INFO");
+    let info: String = q!(con, "INFO", "echomq");
     assert!(info.contains("# echomq"), "{info}");
     let field = |name: &str| -> u64 {
         info.lines()
@@ -367,18 +320,9 @@ fn counters(con: &mut Connection) -> Counters {
     }
 }
 
-fn ok(con: &mut Connection, args: &[&str]) -> Value {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(con)
-        .unwrap_or_else(|e| panic!("{args:?}: {}", error_text(&e)))
-}
-
-fn err(con: &mut Connection, args: &[&str]) -> String {
-    let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    error_of(con, &bytes)
+/// `ECHO.PROMOTE` with `args`: the reply as the server sent it.
+fn promote_reply(con: &mut Connection, args: &[&str]) -> Value {
+    q!(con, "ECHO.PROMOTE", args)
 }
 
 #[test]
@@ -391,32 +335,14 @@ fn info_counters_move_exactly_with_the_work_done() {
 
     // Retries: 3 plain, 2 jittered, one reschedule of a job already there.
     // Only `soon` holds a job due now; the others are far in the future.
-    ok(&mut con, &["ECHO.RETRY", "s", "j1", "fixed:100000", "1"]);
-    ok(
-        &mut con,
-        &["ECHO.RETRY", "s", "j2", "exponential:100000:10000000", "7"],
-    );
-    ok(&mut con, &["ECHO.RETRY", "soon", "j3", "fixed:0", "1"]);
+    retry(&mut con, "s", "j1", "fixed:100000", 1);
+    retry(&mut con, "s", "j2", "exponential:100000:10000000", 7);
+    retry(&mut con, "soon", "j3", "fixed:0", 1);
     want.retries += 3;
     assert_eq!(counters(&mut con), want);
-    ok(
-        &mut con,
-        &["ECHO.RETRY", "js", "j4", "jitter:fixed:100000", "1"],
-    );
-    ok(
-        &mut con,
-        &[
-            "ECHO.RETRY",
-            "js",
-            "j5",
-            "JITTER:jitter:exponential:1:2",
-            "2",
-        ],
-    );
-    ok(
-        &mut con,
-        &["ECHO.RETRY", "s", "j1", "jitter:fixed:100000", "2"],
-    );
+    retry(&mut con, "js", "j4", "jitter:fixed:100000", 1);
+    retry(&mut con, "js", "j5", "JITTER:jitter:exponential:1:2", 2);
+    retry(&mut con, "s", "j1", "jitter:fixed:100000", 2);
     want.retries += 3;
     want.retries_jittered += 3;
     assert_eq!(counters(&mut con), want);
@@ -429,12 +355,8 @@ fn info_counters_move_exactly_with_the_work_done() {
         } else {
             "exponential:100:10000"
         };
-        pipe.cmd("ECHO.RETRY")
-            .arg("cohort")
-            .arg(format!("c{i}"))
-            .arg(policy)
-            .arg(3)
-            .ignore();
+        let retry = cmd!("ECHO.RETRY", "cohort", format!("c{i}"), policy, 3);
+        pipe.add_command(retry).ignore();
     }
     let _: () = pipe.query(&mut con).unwrap();
     want.retries += 10;
@@ -442,19 +364,16 @@ fn info_counters_move_exactly_with_the_work_done() {
     assert_eq!(counters(&mut con), want);
 
     // Successful reads count nothing.
-    ok(&mut con, &["ECHO.DELAY", "fixed:5", "1"]);
-    ok(&mut con, &["ECHO.DELAY", "jitter:fixed:5", "1"]);
-    ok(&mut con, &["ECHO.SPREAD", "s", "0", "10", "2"]);
-    ok(&mut con, &["ECHO.SPREAD", "missing", "0", "10", "2"]);
+    let _: () = q!(&mut con, "ECHO.DELAY", "fixed:5", "1");
+    let _: () = q!(&mut con, "ECHO.DELAY", "jitter:fixed:5", "1");
+    let _: () = q!(&mut con, "ECHO.SPREAD", "s", "0", "10", "2");
+    let _: () = q!(&mut con, "ECHO.SPREAD", "missing", "0", "10", "2");
     assert_eq!(counters(&mut con), want);
 
     // Promotes: calls that move nothing count as calls, and move 0.
     zadd(&mut con, "far", &[("9000000000000000", "f")]);
-    assert_eq!(
-        ok(&mut con, &["ECHO.PROMOTE", "missing", "p"]),
-        Value::Int(0)
-    );
-    assert_eq!(ok(&mut con, &["ECHO.PROMOTE", "far", "p"]), Value::Int(0));
+    assert_eq!(promote_reply(&mut con, &["missing", "p"]), Value::Int(0));
+    assert_eq!(promote_reply(&mut con, &["far", "p"]), Value::Int(0));
     want.promote_calls += 2;
     assert_eq!(counters(&mut con), want);
     zadd(
@@ -469,22 +388,18 @@ fn info_counters_move_exactly_with_the_work_done() {
         ],
     );
     assert_eq!(
-        ok(&mut con, &["ECHO.PROMOTE", "due", "p", "LIMIT", "2"]),
+        promote_reply(&mut con, &["due", "p", "LIMIT", "2"]),
         Value::Int(2)
     );
-    assert_eq!(ok(&mut con, &["ECHO.PROMOTE", "due", "p"]), Value::Int(3));
-    assert_eq!(ok(&mut con, &["ECHO.PROMOTE", "due", "p"]), Value::Int(0));
-    assert_eq!(ok(&mut con, &["ECHO.PROMOTE", "soon", "p"]), Value::Int(1));
+    assert_eq!(promote_reply(&mut con, &["due", "p"]), Value::Int(3));
+    assert_eq!(promote_reply(&mut con, &["due", "p"]), Value::Int(0));
+    assert_eq!(promote_reply(&mut con, &["soon", "p"]), Value::Int(1));
     want.promote_calls += 4;
     want.promoted += 6;
     assert_eq!(counters(&mut con), want);
 
     // Errors the module answers: each counts once and nothing else moves.
-    let _: () = redis::cmd("SET")
-        .arg("str")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
+    let _: () = q!(&mut con, "SET", "str", "x");
     let refused: &[&[&str]] = &[
         &["ECHO.RETRY", "s", "j", "nope:1", "1"],
         &["ECHO.RETRY", "s", "j", "exponential:100:50", "1"],
@@ -504,7 +419,7 @@ fn info_counters_move_exactly_with_the_work_done() {
         &["ECHO.SPREAD", "str", "0", "10", "1"],
     ];
     for (n, args) in refused.iter().enumerate() {
-        let e = err(&mut con, args);
+        let e = err!(&mut con, args[0], &args[1..]);
         assert!(e.starts_with("ERR") || e.starts_with("WRONGTYPE"), "{e}");
         want.errors += 1;
         assert_eq!(counters(&mut con), want, "after #{n} {args:?}: {e}");
@@ -520,7 +435,7 @@ fn info_counters_move_exactly_with_the_work_done() {
         &["ECHO.SPREAD", "s", "0", "10"],
     ];
     for args in arity {
-        let e = err(&mut con, args);
+        let e = err!(&mut con, args[0], &args[1..]);
         assert_eq!(
             e.to_lowercase(),
             format!(
@@ -535,19 +450,9 @@ fn info_counters_move_exactly_with_the_work_done() {
     let replies: Vec<redis::RedisResult<Value>> = redis::pipe()
         .atomic()
         .ignore_errors()
-        .cmd("ECHO.RETRY")
-        .arg("s")
-        .arg("m1")
-        .arg("jitter:fixed:100000")
-        .arg(1)
-        .cmd("ECHO.RETRY")
-        .arg("s")
-        .arg("m2")
-        .arg("bogus")
-        .arg(1)
-        .cmd("ECHO.PROMOTE")
-        .arg("due")
-        .arg("p")
+        .add_command(cmd!("ECHO.RETRY", "s", "m1", "jitter:fixed:100000", 1))
+        .add_command(cmd!("ECHO.RETRY", "s", "m2", "bogus", 1))
+        .add_command(cmd!("ECHO.PROMOTE", "due", "p"))
         .query(&mut con)
         .expect("EXEC");
     assert_eq!(replies.len(), 3, "{replies:?}");
@@ -560,31 +465,21 @@ fn info_counters_move_exactly_with_the_work_done() {
     assert_eq!(counters(&mut con), want);
 
     // Refusals the server makes before the module runs are not seen.
-    let e = err(&mut con, &["ECHO.NOPE", "x"]);
+    let e = err!(&mut con, "ECHO.NOPE", "x");
     assert!(e.starts_with("ERR unknown command"), "{e}");
-    ok(
-        &mut con,
-        &[
-            "ACL",
-            "SETUSER",
-            "limited",
-            "on",
-            "nopass",
-            "+@all",
-            "-echo.retry",
-        ],
-    );
+    let rules = ["limited", "on", "nopass", "+@all", "-echo.retry"];
+    let _: () = q!(&mut con, "ACL", "SETUSER", &rules);
     let mut limited = server.conn();
-    ok(&mut limited, &["AUTH", "limited", "x"]);
-    let e = err(&mut limited, &["ECHO.RETRY", "s", "j", "fixed:1", "1"]);
+    let _: () = q!(&mut limited, "AUTH", "limited", "x");
+    let e = err!(&mut limited, "ECHO.RETRY", "s", "j", "fixed:1", "1");
     assert!(e.starts_with("NOPERM"), "{e}");
     assert_eq!(counters(&mut con), want);
     // At maxmemory, RETRY (deny-oom) is refused by the server; PROMOTE still runs.
-    ok(&mut con, &["CONFIG", "SET", "maxmemory", "1"]);
-    let e = err(&mut con, &["ECHO.RETRY", "s", "j", "fixed:1", "1"]);
+    let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory", "1");
+    let e = err!(&mut con, "ECHO.RETRY", "s", "j", "fixed:1", "1");
     assert!(e.starts_with("OOM"), "{e}");
-    assert_eq!(ok(&mut con, &["ECHO.PROMOTE", "due", "p"]), Value::Int(0));
-    ok(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(promote_reply(&mut con, &["due", "p"]), Value::Int(0));
+    let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory", "0");
     want.promote_calls += 1;
     assert_eq!(counters(&mut con), want);
 
@@ -592,18 +487,15 @@ fn info_counters_move_exactly_with_the_work_done() {
     // ZREM, LPUSH), not the commands, and refuses writes before the module runs.
     let replica = start_replica(&server, Options::default());
     let mut rcon = replica.conn();
-    ok(
-        &mut con,
-        &["ECHO.RETRY", "s", "r1", "jitter:fixed:1000", "1"],
-    );
+    retry(&mut con, "s", "r1", "jitter:fixed:1000", 1);
     zadd(&mut con, "due", &[("1", "r2")]);
-    assert_eq!(ok(&mut con, &["ECHO.PROMOTE", "due", "p"]), Value::Int(1));
+    assert_eq!(promote_reply(&mut con, &["due", "p"]), Value::Int(1));
     want.retries += 1;
     want.retries_jittered += 1;
     want.promote_calls += 1;
     want.promoted += 1;
     wait_replica_synced(&mut con, &mut rcon);
-    let e = err(&mut rcon, &["ECHO.RETRY", "s", "j", "fixed:1", "1"]);
+    let e = err!(&mut rcon, "ECHO.RETRY", "s", "j", "fixed:1", "1");
     assert!(e.starts_with("READONLY"), "{e}");
     assert_eq!(counters(&mut rcon), Counters::default());
     assert_eq!(counters(&mut con), want);
@@ -620,10 +512,7 @@ fn info_counters_move_exactly_with_the_work_done() {
         }
     );
     // The server's own error statistics saw the same module errors.
-    let stats: String = redis::cmd("INFO")
-        .arg("errorstats")
-        .query(&mut con)
-        .unwrap();
+    let stats: String = q!(&mut con, "INFO", "errorstats");
     let count = |code: &str| -> u64 {
         stats
             .lines()

@@ -40,13 +40,7 @@ fn many_clients_at_once_consume_every_job_exactly_once() {
                 } else {
                     "fixed:5"
                 };
-                let _: i64 = redis::cmd("ECHO.RETRY")
-                    .arg("q:s")
-                    .arg(format!("job-{job}"))
-                    .arg(policy)
-                    .arg(1)
-                    .query(&mut con)
-                    .unwrap();
+                retry(&mut con, "q:s", format!("job-{job}"), policy, 1);
             }
         }));
     }
@@ -56,13 +50,7 @@ fn many_clients_at_once_consume_every_job_exactly_once() {
         threads.push(thread::spawn(move || {
             let mut con = server.conn();
             while !stop.load(Ordering::Relaxed) {
-                let moved: i64 = redis::cmd("ECHO.PROMOTE")
-                    .arg("q:s")
-                    .arg("q:p")
-                    .arg("LIMIT")
-                    .arg(25)
-                    .query(&mut con)
-                    .unwrap();
+                let moved: i64 = q!(&mut con, "ECHO.PROMOTE", "q:s", "q:p", "LIMIT", 25);
                 if moved == 0 {
                     thread::sleep(Duration::from_millis(1));
                 }
@@ -76,11 +64,7 @@ fn many_clients_at_once_consume_every_job_exactly_once() {
         threads.push(thread::spawn(move || {
             let mut con = server.conn();
             while !stop.load(Ordering::Relaxed) {
-                let got: Option<(String, String)> = redis::cmd("BRPOP")
-                    .arg("q:p")
-                    .arg(0.2)
-                    .query(&mut con)
-                    .unwrap();
+                let got: Option<(String, String)> = q!(&mut con, "BRPOP", "q:p", 0.2);
                 let Some((_, name)) = got else { continue };
                 let job: usize = name.trim_start_matches("job-").parse().unwrap();
                 let seen = {
@@ -90,13 +74,8 @@ fn many_clients_at_once_consume_every_job_exactly_once() {
                     *n
                 };
                 if seen <= failures_of(job) {
-                    let _: i64 = redis::cmd("ECHO.RETRY")
-                        .arg("q:s")
-                        .arg(&name)
-                        .arg("jitter:exponential:5:40")
-                        .arg(seen + 1)
-                        .query(&mut con)
-                        .unwrap();
+                    let attempts = seen as u64 + 1;
+                    retry(&mut con, "q:s", &name, "jitter:exponential:5:40", attempts);
                 } else {
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -135,7 +114,7 @@ fn many_clients_at_once_consume_every_job_exactly_once() {
     assert_eq!(done.load(Ordering::Relaxed), JOBS);
     let total: usize = deliveries.values().sum();
     let mut con = server.conn();
-    let keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    let keys: i64 = q!(&mut con, "DBSIZE");
     assert_eq!(keys, 0, "schedule and pending drained");
     println!("{JOBS} jobs, {total} deliveries, {PRODUCERS} producers, {PROMOTERS} promoters, {CONSUMERS} consumers: none lost, none duplicated");
 }
@@ -146,136 +125,71 @@ fn over_maxmemory_retry_is_refused_while_promote_and_delay_still_work() {
     let mut con = server.conn();
     let mut pipe = redis::pipe();
     for i in 0..2000 {
-        pipe.cmd("ZADD")
-            .arg("s")
-            .arg(i)
-            .arg(format!("due-{i:05}"))
+        pipe.add_command(cmd!("ZADD", "s", i, format!("due-{i:05}")))
             .ignore();
     }
-    pipe.cmd("SET")
-        .arg("ballast")
-        .arg("x".repeat(4 << 20))
+    pipe.add_command(cmd!("SET", "ballast", "x".repeat(4 << 20)))
         .ignore();
     let _: () = pipe.query(&mut con).unwrap();
     let used: i64 = info_field(&mut con, "memory", "used_memory")
         .parse()
         .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(used - (1 << 20))
-        .query(&mut con)
-        .unwrap();
+    let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory", used - (1 << 20));
 
     let before = digest(&mut con);
-    let err = error_of(
-        &mut con,
-        &[b"ECHO.RETRY", b"s", b"new-job", b"fixed:0", b"1"],
-    );
+    let err = err!(&mut con, "ECHO.RETRY", "s", "new-job", "fixed:0", "1");
     assert!(err.starts_with("OOM"), "{err}");
     assert_eq!(digest(&mut con), before, "a refused retry writes nothing");
 
-    let moved: i64 = redis::cmd("ECHO.PROMOTE")
-        .arg("s")
-        .arg("p")
-        .query(&mut con)
-        .unwrap();
+    let moved = promote(&mut con, "s", "p");
     assert_eq!(moved, 1000, "due work keeps flowing at maxmemory");
-    let delay: i64 = redis::cmd("ECHO.DELAY")
-        .arg("fixed:7")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    let delay: i64 = q!(&mut con, "ECHO.DELAY", "fixed:7", 1);
     assert_eq!(delay, 7);
-    let counts: Vec<i64> = redis::cmd("ECHO.SPREAD")
-        .arg("s")
-        .arg(0)
-        .arg(2000)
-        .arg(2)
-        .query(&mut con)
-        .unwrap();
+    let counts: Vec<i64> = q!(&mut con, "ECHO.SPREAD", "s", 0, 2000, 2);
     assert_eq!(counts, [0, 1000]);
 }
 
 #[test]
 fn a_replica_with_the_module_refuses_writes_and_answers_reads() {
-    let primary = Server::start();
-    let replica = start_replica(&primary, Options::default());
-    let mut p = primary.conn();
-    let mut r = replica.conn();
-    let _: i64 = redis::cmd("ECHO.RETRY")
-        .arg("s")
-        .arg("j")
-        .arg("fixed:0")
-        .arg(1)
-        .query(&mut p)
-        .unwrap();
+    let (_primary, _replica, mut p, mut r) = primary_and_replica(Options::default());
+    retry(&mut p, "s", "j", "fixed:0", 1);
     wait_replica_synced(&mut p, &mut r);
-    for args in [
-        &[&b"ECHO.RETRY"[..], b"s", b"j2", b"fixed:1", b"1"][..],
-        &[b"ECHO.PROMOTE", b"s", b"p"],
-    ] {
-        let err = error_of(&mut r, args);
-        assert!(err.starts_with("READONLY"), "{err}");
-    }
-    let delay: i64 = redis::cmd("ECHO.DELAY")
-        .arg("exponential:100:10000")
-        .arg(3)
-        .query(&mut r)
-        .unwrap();
+    let err = err!(&mut r, "ECHO.RETRY", "s", "j2", "fixed:1", "1");
+    assert!(err.starts_with("READONLY"), "{err}");
+    let err = err!(&mut r, "ECHO.PROMOTE", "s", "p");
+    assert!(err.starts_with("READONLY"), "{err}");
+    let delay: i64 = q!(&mut r, "ECHO.DELAY", "exponential:100:10000", 3);
     assert_eq!(delay, 400);
-    let counts: Vec<i64> = redis::cmd("ECHO.SPREAD")
-        .arg("s")
-        .arg(0)
-        .arg(i64::MAX)
-        .arg(1)
-        .query(&mut r)
-        .unwrap();
+    let counts: Vec<i64> = q!(&mut r, "ECHO.SPREAD", "s", 0, i64::MAX, 1);
     assert_eq!(counts, [1]);
     assert_eq!(digest(&mut p), digest(&mut r));
 }
 
 #[test]
 fn retries_inside_multi_and_eval_replicate_their_effects() {
-    let primary = Server::start();
-    let replica = start_replica(&primary, Options::without_module());
-    let mut p = primary.conn();
-    let mut r = replica.conn();
+    let (_primary, _replica, mut p, mut r) = primary_and_replica(Options::without_module());
     for i in 0..50 {
-        let fire: i64 = redis::cmd("EVAL")
-            .arg("return redis.call('ECHO.RETRY', KEYS[1], ARGV[1], 'jitter:fixed:100000', 2)")
-            .arg(1)
-            .arg("s")
-            .arg(format!("eval-{i}"))
-            .query(&mut p)
-            .unwrap();
+        let script = "return redis.call('ECHO.RETRY', KEYS[1], ARGV[1], 'jitter:fixed:100000', 2)";
+        let fire: i64 = q!(&mut p, "EVAL", script, 1, "s", format!("eval-{i}"));
         assert!(fire > 0);
     }
     let mut multi = redis::pipe();
     multi.atomic();
     for i in 0..50 {
-        multi
-            .cmd("ECHO.RETRY")
-            .arg("s")
-            .arg(format!("multi-{i}"))
-            .arg("jitter:fixed:100000")
-            .arg(2)
-            .ignore();
+        let job = format!("multi-{i}");
+        let retry = cmd!("ECHO.RETRY", "s", job, "jitter:fixed:100000", 2);
+        multi.add_command(retry).ignore();
     }
-    multi.cmd("ZADD").arg("s").arg(1).arg("due").ignore();
-    multi.cmd("ECHO.PROMOTE").arg("s").arg("p").ignore();
+    multi.add_command(cmd!("ZADD", "s", 1, "due")).ignore();
+    multi.add_command(cmd!("ECHO.PROMOTE", "s", "p")).ignore();
     let _: () = multi.query(&mut p).unwrap();
-    let _: Value = redis::cmd("EVAL")
-        .arg("redis.call('ZADD', KEYS[1], 2, 'due2'); return redis.call('ECHO.PROMOTE', KEYS[1], KEYS[2])")
-        .arg(2)
-        .arg("s")
-        .arg("p")
-        .query(&mut p)
-        .unwrap();
+    let script = "redis.call('ZADD', KEYS[1], 2, 'due2'); \
+                  return redis.call('ECHO.PROMOTE', KEYS[1], KEYS[2])";
+    let _: Value = q!(&mut p, "EVAL", script, 2, "s", "p");
     wait_replica_synced(&mut p, &mut r);
-    let card: i64 = redis::cmd("ZCARD").arg("s").query(&mut r).unwrap();
+    let card: i64 = q!(&mut r, "ZCARD", "s");
     assert_eq!(card, 100);
-    let len: i64 = redis::cmd("LLEN").arg("p").query(&mut r).unwrap();
+    let len: i64 = q!(&mut r, "LLEN", "p");
     assert_eq!(len, 2);
     assert_eq!(digest(&mut p), digest(&mut r));
 }
@@ -283,12 +197,7 @@ fn retries_inside_multi_and_eval_replicate_their_effects() {
 /// Keyspace events seen while `work` runs, with `prefix` cut from key names.
 fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection)) -> Vec<String> {
     let mut con = server.conn();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("notify-keyspace-events")
-        .arg("KEA")
-        .query(&mut con)
-        .unwrap();
+    let _: () = q!(&mut con, "CONFIG", "SET", "notify-keyspace-events", "KEA");
     let mut sub_con = server.conn();
     sub_con
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -298,11 +207,7 @@ fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection)) -> 
     sub.psubscribe("__keyevent@0__:*").unwrap();
     sub.subscribe("done").unwrap();
     work(&mut con);
-    let _: () = redis::cmd("PUBLISH")
-        .arg("done")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    let _: () = q!(&mut con, "PUBLISH", "done", 1);
     let mut seen = Vec::new();
     loop {
         let msg = sub.get_message().unwrap();
@@ -326,59 +231,20 @@ fn keyspace_notifications_match_the_native_commands() {
     let server = Server::start();
     // schedule, promote part (schedule keeps a member), promote the rest (schedule emptied)
     let native = events(&server, "n:", |con| {
-        let _: () = redis::cmd("ZADD")
-            .arg("n:s")
-            .arg(1)
-            .arg("a")
-            .query(con)
-            .unwrap();
-        let _: () = redis::cmd("ZADD")
-            .arg("n:s")
-            .arg(9e15)
-            .arg("b")
-            .query(con)
-            .unwrap();
-        let _: () = redis::cmd("ZREM").arg("n:s").arg("a").query(con).unwrap();
-        let _: () = redis::cmd("LPUSH").arg("n:p").arg("a").query(con).unwrap();
-        let _: () = redis::cmd("ZADD")
-            .arg("n:s")
-            .arg(1)
-            .arg("b")
-            .query(con)
-            .unwrap();
-        let _: () = redis::cmd("ZREM").arg("n:s").arg("b").query(con).unwrap();
-        let _: () = redis::cmd("LPUSH").arg("n:p").arg("b").query(con).unwrap();
+        let _: () = q!(con, "ZADD", "n:s", 1, "a");
+        let _: () = q!(con, "ZADD", "n:s", 9e15, "b");
+        let _: () = q!(con, "ZREM", "n:s", "a");
+        let _: () = q!(con, "LPUSH", "n:p", "a");
+        let _: () = q!(con, "ZADD", "n:s", 1, "b");
+        let _: () = q!(con, "ZREM", "n:s", "b");
+        let _: () = q!(con, "LPUSH", "n:p", "b");
     });
     let module = events(&server, "m:", |con| {
-        let _: i64 = redis::cmd("ECHO.RETRY")
-            .arg("m:s")
-            .arg("a")
-            .arg("fixed:0")
-            .arg(1)
-            .query(con)
-            .unwrap();
-        let _: () = redis::cmd("ZADD")
-            .arg("m:s")
-            .arg(9e15)
-            .arg("b")
-            .query(con)
-            .unwrap();
-        let _: i64 = redis::cmd("ECHO.PROMOTE")
-            .arg("m:s")
-            .arg("m:p")
-            .query(con)
-            .unwrap();
-        let _: () = redis::cmd("ZADD")
-            .arg("m:s")
-            .arg(1)
-            .arg("b")
-            .query(con)
-            .unwrap();
-        let _: i64 = redis::cmd("ECHO.PROMOTE")
-            .arg("m:s")
-            .arg("m:p")
-            .query(con)
-            .unwrap();
+        retry(con, "m:s", "a", "fixed:0", 1);
+        let _: () = q!(con, "ZADD", "m:s", 9e15, "b");
+        promote(con, "m:s", "m:p");
+        let _: () = q!(con, "ZADD", "m:s", 1, "b");
+        promote(con, "m:s", "m:p");
     });
     assert!(native.iter().any(|e| e.ends_with("del")), "{native:?}");
     assert!(
@@ -411,13 +277,7 @@ fn a_killed_server_restarts_with_every_acknowledged_write() {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 let job = format!("w{w}-{i}");
-                match redis::cmd("ECHO.RETRY")
-                    .arg("s")
-                    .arg(&job)
-                    .arg("jitter:fixed:20")
-                    .arg(1)
-                    .query::<i64>(&mut con)
-                {
+                match try_retry(&mut con, "s", &job, "jitter:fixed:20", 1) {
                     Ok(fire) => {
                         acked.lock().unwrap().insert(job, fire);
                     }
@@ -434,13 +294,7 @@ fn a_killed_server_restarts_with_every_acknowledged_write() {
                 return;
             };
             while !stop.load(Ordering::Relaxed) {
-                match redis::cmd("ECHO.PROMOTE")
-                    .arg("s")
-                    .arg("p")
-                    .arg("LIMIT")
-                    .arg(50)
-                    .query::<i64>(&mut con)
-                {
+                match cmd!("ECHO.PROMOTE", "s", "p", "LIMIT", 50).query::<i64>(&mut con) {
                     Ok(n) => {
                         promoted.fetch_add(n as usize, Ordering::Relaxed);
                     }
@@ -466,19 +320,8 @@ fn a_killed_server_restarts_with_every_acknowledged_write() {
 
     let server = Server::start_in(aof, &dir.0);
     let mut con = server.conn();
-    let scheduled: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg("s")
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(&mut con)
-        .unwrap();
-    let pending: Vec<String> = redis::cmd("LRANGE")
-        .arg("p")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
+    let scheduled: Vec<(String, i64)> = q!(&mut con, "ZRANGE", "s", 0, -1, "WITHSCORES");
+    let pending: Vec<String> = q!(&mut con, "LRANGE", "p", 0, -1);
     let scheduled: HashMap<String, i64> = scheduled.into_iter().collect();
     let pending_set: HashSet<&String> = pending.iter().collect();
     assert_eq!(

@@ -20,30 +20,20 @@ fn mixed_workload(con: &mut Connection, rounds: usize) {
         for i in 0..20 {
             let policy = policies[(round + i) % policies.len()];
             let job = format!("job-{}", (round * 7 + i * 13) % 997);
-            pipe.cmd("ECHO.RETRY")
-                .arg(format!("{{q{}}}:s", i % 3))
-                .arg(job)
-                .arg(policy)
-                .arg(1 + (i % 6))
-                .ignore();
+            let schedule = format!("{{q{}}}:s", i % 3);
+            let retry = cmd!("ECHO.RETRY", schedule, job, policy, 1 + (i % 6));
+            pipe.add_command(retry).ignore();
         }
         let _: () = pipe.query(con).expect("retries");
         let mut multi = redis::pipe();
         multi.atomic();
         for i in 0..10 {
-            multi
-                .cmd("ECHO.RETRY")
-                .arg("{q0}:s")
-                .arg(format!("cohort-{round}-{i}"))
-                .arg("jitter:fixed:5")
-                .arg(3)
-                .ignore();
+            let job = format!("cohort-{round}-{i}");
+            let retry = cmd!("ECHO.RETRY", "{q0}:s", job, "jitter:fixed:5", 3);
+            multi.add_command(retry).ignore();
         }
-        multi
-            .cmd("ECHO.PROMOTE")
-            .arg("{q0}:s")
-            .arg("{q0}:p")
-            .ignore();
+        let promote = cmd!("ECHO.PROMOTE", "{q0}:s", "{q0}:p");
+        multi.add_command(promote).ignore();
         let _: () = multi.query(con).expect("MULTI");
         for q in 0..3 {
             let mut cmd = redis::cmd("ECHO.PROMOTE");
@@ -56,16 +46,9 @@ fn mixed_workload(con: &mut Connection, rounds: usize) {
     }
 }
 
-fn zset_len(con: &mut Connection, key: &str) -> i64 {
-    redis::cmd("ZCARD").arg(key).query(con).unwrap()
-}
-
 #[test]
 fn a_replica_without_the_module_ends_identical() {
-    let primary = Server::start();
-    let replica = start_replica(&primary, Options::without_module());
-    let mut p = primary.conn();
-    let mut r = replica.conn();
+    let (_primary, replica, mut p, mut r) = primary_and_replica(Options::without_module());
     // Counted before the workload: a client library's own handshake (CLIENT
     // SETINFO, unknown to Redis 7.0) can add errors that are not the stream's.
     let errors_before = info_field(&mut r, "stats", "total_error_replies");
@@ -74,28 +57,18 @@ fn a_replica_without_the_module_ends_identical() {
     wait_replica_synced(&mut p, &mut r);
 
     let moved: i64 = (0..3)
-        .map(|q| -> i64 {
-            redis::cmd("LLEN")
-                .arg(format!("{{q{q}}}:p"))
-                .query(&mut p)
-                .unwrap()
-        })
+        .map(|q| -> i64 { q!(&mut p, "LLEN", format!("{{q{q}}}:p")) })
         .sum();
     assert!(moved > 0, "the workload promoted something");
-    assert!(
-        zset_len(&mut p, "{q1}:s") > 0,
-        "and left something scheduled"
-    );
+    let scheduled: i64 = q!(&mut p, "ZCARD", "{q1}:s");
+    assert!(scheduled > 0, "and left something scheduled");
     assert_eq!(
         digest(&mut p),
         digest(&mut r),
         "replica digest differs from the primary's"
     );
 
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut r)
-        .unwrap();
+    let stats: String = q!(&mut r, "INFO", "commandstats");
     assert!(!stats.to_lowercase().contains("cmdstat_echo."), "{stats}");
     for native in ["cmdstat_zadd:", "cmdstat_zrem:", "cmdstat_lpush:"] {
         assert!(
@@ -104,7 +77,7 @@ fn a_replica_without_the_module_ends_identical() {
         );
     }
     let errors = info_field(&mut r, "stats", "total_error_replies");
-    let errorstats: String = redis::cmd("INFO").arg("errorstats").query(&mut r).unwrap();
+    let errorstats: String = q!(&mut r, "INFO", "errorstats");
     assert_eq!(
         errors,
         errors_before,
@@ -117,17 +90,11 @@ fn a_replica_without_the_module_ends_identical() {
 
 #[test]
 fn a_replica_with_the_module_ends_identical_too() {
-    let primary = Server::start();
-    let replica = start_replica(&primary, Options::default());
-    let mut p = primary.conn();
-    let mut r = replica.conn();
+    let (_primary, _replica, mut p, mut r) = primary_and_replica(Options::default());
     mixed_workload(&mut p, 40);
     wait_replica_synced(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut r)
-        .unwrap();
+    let stats: String = q!(&mut r, "INFO", "commandstats");
     assert!(!stats.to_lowercase().contains("cmdstat_echo."), "{stats}");
 }
 
@@ -145,10 +112,10 @@ fn aof_reload_restart_and_replay_without_the_module_keep_the_data() {
     assert_ne!(want, "0000000000000000000000000000000000000000");
 
     // DEBUG RELOAD: save and load an RDB in place.
-    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+    let _: () = q!(&mut con, "DEBUG", "RELOAD");
     assert_eq!(digest(&mut con), want, "after DEBUG RELOAD");
     // DEBUG LOADAOF: flush and replay the AOF in place.
-    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    let _: () = q!(&mut con, "DEBUG", "LOADAOF");
     assert_eq!(digest(&mut con), want, "after DEBUG LOADAOF");
 
     // The AOF holds only native commands.
@@ -183,7 +150,7 @@ fn aof_reload_restart_and_replay_without_the_module_keep_the_data() {
         want,
         "replayed by a server without the module"
     );
-    let modules: Vec<Value> = redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
+    let modules: Vec<Value> = q!(&mut con, "MODULE", "LIST");
     assert!(modules.is_empty());
 }
 

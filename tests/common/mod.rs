@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-pub use redis::{Connection, Value};
+pub use redis::{Cmd, Connection, ConnectionLike, FromRedisValue, RedisResult, Value};
 
 /// The module under test: `ECHOMQ_MODULE`, or the release build.
 pub fn module_path() -> PathBuf {
@@ -234,7 +234,7 @@ impl Server {
     /// Asks the server to shut down cleanly (flushing its AOF) and reaps it.
     pub fn shutdown(&mut self) {
         if let Ok(mut con) = self.try_conn() {
-            let _: redis::RedisResult<Value> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
+            let _: RedisResult<Value> = cmd!("SHUTDOWN", "NOSAVE").query(&mut con);
         }
         if let Some(mut child) = self.child.take() {
             let deadline = Instant::now() + Duration::from_secs(20);
@@ -261,28 +261,63 @@ impl Drop for Server {
     }
 }
 
-/// The whole-dataset digest: equal digests mean equal data.
-pub fn digest(con: &mut Connection) -> String {
-    redis::cmd("DEBUG")
-        .arg("DIGEST")
-        .query(con)
-        .expect("DEBUG DIGEST")
+/// Builds a command from its words: `cmd!("ZADD", "s", 1, "a")` is
+/// `redis::cmd("ZADD").arg("s").arg(1).arg("a")`. A slice word adds each item.
+macro_rules! cmd {
+    ($name:expr $(, $arg:expr)* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut cmd = redis::cmd($name);
+        $(cmd.arg($arg);)*
+        cmd
+    }};
 }
 
-/// The server's TIME in Unix milliseconds.
-pub fn server_time_ms(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
-    secs * 1000 + micros / 1000
+/// Runs a command given by its words and returns the reply as the type the
+/// caller names: `let n: i64 = q!(&mut con, "ZCARD", "s");`. An error reply
+/// panics with the command's words and the error.
+#[allow(unused_macros)]
+macro_rules! q {
+    ($con:expr, $($word:expr),+ $(,)?) => {
+        $crate::common::run($con, &$crate::common::cmd!($($word),+))
+    };
 }
 
-/// Runs a command expected to fail and returns the error text.
+/// Runs a command given by its words that must fail, and returns the error as
+/// the server wrote it: `let e = err!(&mut con, "ECHO.DELAY", "bogus", 1);`.
+#[allow(unused_macros)]
+macro_rules! err {
+    ($con:expr, $($word:expr),+ $(,)?) => {
+        $crate::common::error_from($con, &$crate::common::cmd!($($word),+))
+    };
+}
+
+#[allow(unused_imports)]
+pub(crate) use {cmd, err, q};
+
+/// Runs `cmd` and returns its reply; panics naming the command on an error.
+pub fn run<T: FromRedisValue>(con: &mut impl ConnectionLike, cmd: &Cmd) -> T {
+    cmd.query(con)
+        .unwrap_or_else(|e| panic!("{:?}: {}", words_of(cmd), error_text(&e)))
+}
+
+/// Runs `cmd`, which must fail, and returns the error text.
+pub fn error_from(con: &mut impl ConnectionLike, cmd: &Cmd) -> String {
+    refused(cmd.query::<Value>(con), &format!("{:?}", words_of(cmd)))
+}
+
+/// Runs a command, given as raw words, expected to fail and returns the error text.
 pub fn error_of(con: &mut Connection, args: &[&[u8]]) -> String {
     let mut cmd = redis::cmd(std::str::from_utf8(args[0]).expect("utf8 command"));
     for a in &args[1..] {
         cmd.arg(*a);
     }
-    match cmd.query::<Value>(con) {
-        Ok(v) => panic!("expected an error from {:?}, got {v:?}", show(args)),
+    error_from(con, &cmd)
+}
+
+/// The error a call was expected to give, as the server wrote it.
+pub fn refused<T: std::fmt::Debug>(result: RedisResult<T>, what: &str) -> String {
+    match result {
+        Ok(v) => panic!("{what}: expected an error, got {v:?}"),
         Err(e) => error_text(&e),
     }
 }
@@ -296,21 +331,78 @@ pub fn error_text(e: &redis::RedisError) -> String {
     }
 }
 
+/// A command's words, each cut to 60 bytes, for a failure message.
+fn words_of(cmd: &Cmd) -> Vec<String> {
+    let words: Vec<&[u8]> = cmd
+        .args_iter()
+        .filter_map(|arg| match arg {
+            redis::Arg::Simple(word) => Some(word),
+            _ => None,
+        })
+        .collect();
+    show(&words)
+}
+
 pub fn show(args: &[&[u8]]) -> Vec<String> {
     args.iter()
         .map(|a| String::from_utf8_lossy(&a[..a.len().min(60)]).into_owned())
         .collect()
 }
 
+/// `ECHO.RETRY schedule job policy attempts`: the fire time it wrote.
+pub fn try_retry(
+    con: &mut impl ConnectionLike,
+    schedule: &str,
+    job: impl AsRef<[u8]>,
+    policy: &str,
+    attempts: u64,
+) -> RedisResult<i64> {
+    cmd!("ECHO.RETRY", schedule, job.as_ref(), policy, attempts).query(con)
+}
+
+/// `try_retry`, which must succeed.
+pub fn retry(
+    con: &mut impl ConnectionLike,
+    schedule: &str,
+    job: impl AsRef<[u8]>,
+    policy: &str,
+    attempts: u64,
+) -> i64 {
+    try_retry(con, schedule, job, policy, attempts)
+        .unwrap_or_else(|e| panic!("ECHO.RETRY {schedule}: {}", error_text(&e)))
+}
+
+/// `ECHO.PROMOTE schedule pending`: how many jobs it moved.
+pub fn try_promote(
+    con: &mut impl ConnectionLike,
+    schedule: &str,
+    pending: &str,
+) -> RedisResult<i64> {
+    cmd!("ECHO.PROMOTE", schedule, pending).query(con)
+}
+
+/// `try_promote`, which must succeed.
+pub fn promote(con: &mut impl ConnectionLike, schedule: &str, pending: &str) -> i64 {
+    try_promote(con, schedule, pending)
+        .unwrap_or_else(|e| panic!("ECHO.PROMOTE {schedule} {pending}: {}", error_text(&e)))
+}
+
+/// The whole-dataset digest: equal digests mean equal data.
+pub fn digest(con: &mut Connection) -> String {
+    q!(con, "DEBUG", "DIGEST")
+}
+
+/// The server's TIME in Unix milliseconds.
+pub fn server_time_ms(con: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = q!(con, "TIME");
+    secs * 1000 + micros / 1000
+}
+
 /// Waits until `replica` has processed everything `primary` sent.
 pub fn wait_replica_synced(primary: &mut Connection, replica: &mut Connection) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let n: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(10_000)
-            .query(primary)
-            .expect("WAIT");
+        let n: i64 = q!(primary, "WAIT", 1, 10_000);
         let p = info_field(primary, "replication", "master_repl_offset");
         let r = info_field(replica, "replication", "master_repl_offset");
         if n >= 1 && p == r && !p.is_empty() {
@@ -337,14 +429,31 @@ pub fn start_replica(primary: &Server, options: Options) -> Server {
     replica
 }
 
+/// A primary, a synced replica of it started with `replica_options`, and a
+/// connection to each: `(primary, replica, p, r)`.
+pub fn primary_and_replica(replica_options: Options) -> (Server, Server, Connection, Connection) {
+    let primary = Server::start();
+    let replica = start_replica(&primary, replica_options);
+    let p = primary.conn();
+    let r = replica.conn();
+    (primary, replica, p, r)
+}
+
 /// One `field:value` line of `INFO section`.
 pub fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
-    let info: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
-    info.lines()
-        .find_map(|line| {
-            line.strip_prefix(field)
-                .and_then(|rest| rest.strip_prefix(':'))
-        })
+    try_info_field(con, section, field).unwrap_or_else(|e| panic!("INFO {section}: {e}"))
+}
+
+/// `info_field`, or the error INFO gave.
+pub fn try_info_field(con: &mut Connection, section: &str, field: &str) -> RedisResult<String> {
+    let info: String = cmd!("INFO", section).query(con)?;
+    Ok(field_of(&info, field))
+}
+
+/// The value of a `field:value` line of an INFO-style text, or "".
+pub fn field_of(text: &str, field: &str) -> String {
+    text.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .unwrap_or("")
         .trim()
         .to_string()
