@@ -30,13 +30,53 @@ pub struct Key {
     ptr: *mut RedisModuleKey,
 }
 
+/// Lists each server function this file calls, once: `missing_api` checks
+/// them at load.
+macro_rules! for_each_api {
+    ($callback:ident) => {
+        $callback!(
+            RedisModule_OpenKey,
+            RedisModule_CloseKey,
+            RedisModule_KeyType,
+            RedisModule_ValueLength,
+            RedisModule_ZsetAdd,
+            RedisModule_ZsetRem,
+            RedisModule_ZsetFirstInScoreRange,
+            RedisModule_ZsetRangeCurrentElement,
+            RedisModule_ZsetRangeNext,
+            RedisModule_ZsetRangeEndReached,
+            RedisModule_ZsetRangeStop,
+            RedisModule_ListPush,
+            RedisModule_FreeString,
+            RedisModule_SignalModifiedKey,
+            RedisModule_Replicate
+        )
+    };
+}
+
+/// The first server function this file calls that the server did not
+/// provide, if any. `commands::init` refuses to load the module unless this
+/// is `None`, and the pointers never change after load: that is what makes
+/// `api!` below infallible.
+pub fn missing_api() -> Option<&'static str> {
+    macro_rules! first_missing {
+        ($($name:ident),*) => {{
+            // SAFETY: copies a pointer written once at load, before any command.
+            $(if unsafe { raw::$name }.is_none() {
+                return Some(stringify!($name));
+            })*
+            None
+        }};
+    }
+    for_each_api!(first_missing)
+}
+
 macro_rules! api {
     ($name:ident) => {
-        // The server fills every pointer the module uses before OnLoad runs
-        // (RedisModule_Init fails otherwise), so None cannot occur here.
         match raw::$name {
             Some(f) => f,
-            None => unreachable!(concat!(stringify!($name), " is set at load")),
+            // Cannot fire: missing_api() was None at load (see above).
+            None => unreachable!(concat!(stringify!($name), " is checked at load")),
         }
     };
 }
@@ -75,7 +115,7 @@ impl Key {
     }
 
     /// Fails with `WRONGTYPE` unless the key is missing or of kind `want`.
-    pub fn expect(&self, want: Kind) -> Result<(), RedisError> {
+    pub fn require(&self, want: Kind) -> Result<(), RedisError> {
         match self.kind() {
             Kind::Missing => Ok(()),
             kind if kind == want => Ok(()),

@@ -11,38 +11,24 @@ use redis_module::{raw, Context, RedisString, Status};
 
 /// Called once when the module loads, after the commands are registered.
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-    // SAFETY: the API pointers are set by RedisModule_Init before OnLoad's
-    // body runs; the ones checked here are those `keys` calls unconditionally.
+    // The crate's INFO helpers call these without checking; keys.rs lists its own.
+    // SAFETY: copies pointers written once at load.
+    let info_api = [
+        unsafe { raw::RedisModule_InfoAddSection }.is_some(),
+        unsafe { raw::RedisModule_InfoAddFieldULongLong }.is_some(),
+    ];
+    if let Some(name) = crate::keys::missing_api() {
+        ctx.log_warning(&format!(
+            "echomq: this server lacks {name}, which echomq needs"
+        ));
+        return Status::Err;
+    }
+    if info_api.contains(&false) {
+        ctx.log_warning("echomq: this server lacks the INFO module API echomq needs");
+        return Status::Err;
+    }
+    // SAFETY: as above; each pointer is checked before it is called.
     unsafe {
-        // Copy each pointer out: a reference to a `static mut` is not allowed.
-        macro_rules! present {
-            ($($api:ident),* $(,)?) => { [$({ let api = raw::$api; api.is_some() }),*] };
-        }
-        let required = present!(
-            RedisModule_OpenKey,
-            RedisModule_CloseKey,
-            RedisModule_KeyType,
-            RedisModule_ValueLength,
-            RedisModule_ZsetAdd,
-            RedisModule_ZsetRem,
-            RedisModule_ZsetFirstInScoreRange,
-            RedisModule_ZsetRangeCurrentElement,
-            RedisModule_ZsetRangeNext,
-            RedisModule_ZsetRangeEndReached,
-            RedisModule_ZsetRangeStop,
-            RedisModule_ListPush,
-            RedisModule_FreeString,
-            RedisModule_SignalModifiedKey,
-            RedisModule_Replicate,
-            RedisModule_SetModuleOptions,
-            RedisModule_RegisterInfoFunc,
-            RedisModule_InfoAddSection,
-            RedisModule_InfoAddFieldULongLong,
-        );
-        if required.contains(&false) {
-            ctx.log_warning("echomq: this server lacks a module API echomq needs");
-            return Status::Err;
-        }
         // Handlers signal modified keys themselves, and only keys they changed:
         // a promote that moves nothing must not fail a WATCH.
         if let Some(set_options) = raw::RedisModule_SetModuleOptions {

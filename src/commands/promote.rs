@@ -33,9 +33,9 @@ fn promote(ctx: &Context, args: &[RedisString]) -> RedisResult {
         return Err(ArgError::SameKey.into());
     }
     let schedule_key = Key::open_write(ctx, schedule);
-    schedule_key.expect(Kind::SortedSet)?;
+    schedule_key.require(Kind::SortedSet)?;
     let pending_key = Key::open_write(ctx, pending);
-    pending_key.expect(Kind::List)?;
+    pending_key.require(Kind::List)?;
 
     // Scores are whole milliseconds and now_ms is far below 2^53: exact.
     let due = schedule_key.zset_due(ctx, clock::now_ms() as f64, limit);

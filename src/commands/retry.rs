@@ -26,7 +26,7 @@ fn retry(ctx: &Context, args: &[RedisString]) -> RedisResult {
     };
     let request = parse::parse_delay_request(policy.as_slice(), attempts.as_slice())?;
     let key = Key::open_write(ctx, schedule);
-    key.expect(Kind::SortedSet)?;
+    key.require(Kind::SortedSet)?;
 
     let delay_ms = request
         .policy
