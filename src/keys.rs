@@ -124,7 +124,7 @@ impl Key {
     }
 
     /// Adds `member` with `score`, or replaces its score. `Ok(false)` when the
-    /// member already had that score: nothing changed.
+    /// member already had that very score: nothing changed.
     pub fn zset_add(&self, score: f64, member: &RedisString) -> Result<bool, RedisError> {
         let mut flags: c_int = 0;
         // SAFETY: a live write handle of a missing key or a sorted set (checked
@@ -132,7 +132,11 @@ impl Key {
         let status =
             unsafe { api!(RedisModule_ZsetAdd)(self.ptr, score, member.inner, &mut flags) };
         if status == raw::REDISMODULE_OK as c_int {
-            Ok(flags & raw::REDISMODULE_ZADD_NOP as c_int == 0)
+            // The server reports ADDED or UPDATED only for a real change; a
+            // member re-added at its own score sets neither (nor NOP, which is
+            // for NX/XX/GT/LT), and a native ZADD then writes nothing.
+            let changed = (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as c_int;
+            Ok(flags & changed != 0)
         } else {
             Err(RedisError::Str("ERR could not add to the sorted set"))
         }
@@ -159,10 +163,12 @@ impl Key {
             if first != raw::REDISMODULE_OK as c_int {
                 return members;
             }
+            // Room for a typical batch; a larger one grows as it is found, so a
+            // huge LIMIT on a huge set with little due allocates little.
             let len = api!(RedisModule_ValueLength)(self.ptr) as u64;
             members
                 .ptrs
-                .reserve(usize::try_from(limit.min(len)).unwrap_or(0));
+                .reserve(usize::try_from(limit.min(len).min(1024)).unwrap_or(0));
             while (members.ptrs.len() as u64) < limit
                 && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0
             {
@@ -185,6 +191,8 @@ impl Key {
         for &member in &members.ptrs {
             let mut deleted: c_int = 0;
             // SAFETY: a live write handle; member is an owned live string.
+            // ZsetRem fails only for a key not open for writing or not a
+            // sorted set, which the caller has ruled out.
             unsafe { api!(RedisModule_ZsetRem)(self.ptr, member, &mut deleted) };
         }
     }
@@ -193,7 +201,8 @@ impl Key {
     pub fn list_push_head(&self, members: &Members) {
         for &member in &members.ptrs {
             // SAFETY: a live write handle of a missing key or a list (checked
-            // by the caller); ListPush copies the element.
+            // by the caller); ListPush copies the element. It fails only for a
+            // key not open for writing or of another type: ruled out.
             unsafe {
                 api!(RedisModule_ListPush)(self.ptr, raw::REDISMODULE_LIST_HEAD as c_int, member)
             };

@@ -216,6 +216,20 @@ pub fn parse_delay_request(policy: &[u8], attempts: &[u8]) -> Result<DelayReques
     Ok(DelayRequest { policy, attempts })
 }
 
+/// ECHO.PROMOTE's keys and options: two distinct keys, then nothing or
+/// `LIMIT n`. Gives the limit.
+pub fn parse_promote_request(
+    schedule: &[u8],
+    pending: &[u8],
+    options: &[&[u8]],
+) -> Result<u64, ArgError> {
+    let limit = parse_promote_limit(options)?;
+    if schedule == pending {
+        return Err(ArgError::SameKey);
+    }
+    Ok(limit)
+}
+
 /// ECHO.PROMOTE's options after the two keys: nothing, or `LIMIT n`.
 pub fn parse_promote_limit(options: &[&[u8]]) -> Result<u64, ArgError> {
     match options {
@@ -247,6 +261,20 @@ impl SpreadRequest {
             i64::try_from(edge).unwrap_or(if edge < 0 { i64::MIN } else { i64::MAX })
         };
         (at(i), at(i + 1))
+    }
+}
+
+/// The smallest double that is `>= edge_ms`. Scores are doubles: for any
+/// score `x`, `x >= edge_ms` exactly when `x >= ceil_to_f64(edge_ms)`, so a
+/// range count between two such bounds puts each score in the bucket the
+/// integer formula names, also past 2^53 where not every integer is a double.
+pub fn ceil_to_f64(edge_ms: i64) -> f64 {
+    let nearest = edge_ms as f64;
+    // |nearest| <= 2^63, so i128 holds it exactly.
+    if (nearest as i128) < i128::from(edge_ms) {
+        nearest.next_up()
+    } else {
+        nearest
     }
 }
 
@@ -415,6 +443,19 @@ mod tests {
             Err(ArgError::UnknownPolicy("x".into()))
         );
 
+        assert_eq!(
+            parse_promote_request(b"s", b"p", &[]),
+            Ok(DEFAULT_PROMOTE_LIMIT)
+        );
+        assert_eq!(
+            parse_promote_request(b"s", b"s", &[]),
+            Err(ArgError::SameKey)
+        );
+        // a malformed LIMIT is reported before the keys are compared
+        assert_eq!(
+            parse_promote_request(b"s", b"s", &[b"LIMIT"]),
+            Err(ArgError::Syntax)
+        );
         assert_eq!(parse_promote_limit(&[]), Ok(DEFAULT_PROMOTE_LIMIT));
         assert_eq!(parse_promote_limit(&[b"limit", b"5"]), Ok(5));
         assert_eq!(
@@ -435,6 +476,24 @@ mod tests {
             parse_promote_limit(&[b"LIMIT", b"5", b"x"]),
             Err(ArgError::Syntax)
         );
+    }
+
+    #[test]
+    fn spread_edges_round_up_to_doubles() {
+        let two53 = 1i64 << 53;
+        for (edge, want) in [
+            (0, 0.0),
+            (-1, -1.0),
+            (two53, two53 as f64),
+            (two53 + 1, (two53 + 2) as f64),
+            (-(two53 + 1), -(two53 as f64)),
+            (i64::MAX, 9_223_372_036_854_775_808.0),
+            (i64::MIN, -9_223_372_036_854_775_808.0),
+        ] {
+            assert_eq!(ceil_to_f64(edge), want, "{edge}");
+            // the decimal form a range count parses back is the same double
+            assert_eq!(format!("{}", ceil_to_f64(edge)).parse::<f64>(), Ok(want));
+        }
     }
 
     #[test]

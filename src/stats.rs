@@ -21,9 +21,24 @@ pub fn retried(jittered: bool) {
     }
 }
 
-pub fn promoted(members: u64) {
+pub fn promoted(moved: u64) {
     PROMOTE_CALLS.fetch_add(1, Relaxed);
-    PROMOTED.fetch_add(members, Relaxed);
+    PROMOTED.fetch_add(moved, Relaxed);
+}
+
+/// Starts every counter from zero. Called at load: after `MODULE UNLOAD` the
+/// library can stay mapped (a thread-local destructor of the random
+/// generator pins it), and a reload would otherwise resume the old counts.
+pub fn reset() {
+    for counter in [
+        &RETRIES,
+        &RETRIES_JITTERED,
+        &PROMOTE_CALLS,
+        &PROMOTED,
+        &ERRORS,
+    ] {
+        counter.store(0, Relaxed);
+    }
 }
 
 /// Passes a handler's result through, counting the error replies the module

@@ -142,6 +142,30 @@ fn negative_and_extreme_bounds() {
 }
 
 #[test]
+fn edges_past_2_pow_53_follow_the_integer_formula() {
+    // Past 2^53 not every integer is a double: 2^53 + 1 is not, and a score
+    // of exactly 2^53 must fall in [2^53, 2^53 + 1), not in the next bucket.
+    let server = Server::start();
+    let mut con = server.conn();
+    let two53: i64 = 1 << 53;
+    zadd(
+        &mut con,
+        "s",
+        &[
+            ("9007199254740992", "at-2^53"),
+            ("9007199254740994", "at-2^53+2"),
+            ("9223372036854775807", "at-2^63"), // stored as the double 2^63
+        ],
+    );
+    assert_eq!(spread(&mut con, "s", two53, two53 + 2, 2), [1, 0]);
+    assert_eq!(spread(&mut con, "s", two53, two53 + 3, 3), [1, 0, 1]);
+    assert_eq!(spread(&mut con, "s", two53 + 1, two53 + 3, 2), [0, 1]);
+    // 2^63 is above every i64: never inside a window, even the widest.
+    assert_eq!(spread(&mut con, "s", i64::MAX - 1, i64::MAX, 1), [0]);
+    assert_eq!(spread(&mut con, "s", 0, i64::MAX, 1), [2]);
+}
+
+#[test]
 fn a_missing_key_is_all_zeros() {
     let server = Server::start();
     let mut con = server.conn();
@@ -526,4 +550,27 @@ fn info_counters_move_exactly_with_the_work_done() {
         want.errors + 1 + arity.len() as u64,
         "{stats}"
     );
+}
+
+#[test]
+fn counters_start_from_zero_after_a_module_reload() {
+    let server = Server::start_with(Options::default().arg("enable-module-command", "yes"));
+    let mut con = server.conn();
+    retry(&mut con, "s", "j", "jitter:fixed:1000000", 1);
+    let _: i64 = q!(&mut con, "ECHO.DELAY", "jitter:fixed:5", 1);
+    assert_eq!(counters(&mut con).retries, 1);
+    let _: () = q!(&mut con, "MODULE", "UNLOAD", "echomq");
+    let _: () = q!(
+        &mut con,
+        "MODULE",
+        "LOAD",
+        module_path().display().to_string()
+    );
+    assert_eq!(
+        counters(&mut con),
+        Counters::default(),
+        "since the module loaded"
+    );
+    retry(&mut con, "s", "k", "fixed:1", 1);
+    assert_eq!(counters(&mut con).retries, 1);
 }

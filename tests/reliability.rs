@@ -167,7 +167,7 @@ fn a_replica_with_the_module_refuses_writes_and_answers_reads() {
 
 #[test]
 fn retries_inside_multi_and_eval_replicate_their_effects() {
-    let (_primary, _replica, mut p, mut r) = primary_and_replica(Options::without_module());
+    let (primary, _replica, mut p, mut r) = primary_and_replica(Options::without_module());
     for i in 0..50 {
         let script = "return redis.call('ECHO.RETRY', KEYS[1], ARGV[1], 'jitter:fixed:100000', 2)";
         let fire: i64 = q!(&mut p, "EVAL", script, 1, "s", format!("eval-{i}"));
@@ -197,7 +197,8 @@ fn retries_inside_multi_and_eval_replicate_their_effects() {
 /// Keyspace events seen while `work` runs, with `prefix` cut from key names.
 fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection)) -> Vec<String> {
     let mut con = server.conn();
-    let _: () = q!(&mut con, "CONFIG", "SET", "notify-keyspace-events", "KEA");
+    // KEA plus n: new-key events too, so their order is compared as well.
+    let _: () = q!(&mut con, "CONFIG", "SET", "notify-keyspace-events", "KEAn");
     let mut sub_con = server.conn();
     sub_con
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -251,8 +252,45 @@ fn keyspace_notifications_match_the_native_commands() {
         native.contains(&"__keyevent@0__:lpush p".to_string()),
         "{native:?}"
     );
-    assert_eq!(native.len(), 16, "{native:?}");
+    // 16 events, plus "new" (keyspace and keyevent) as n:s and n:p are created
+    assert_eq!(native.len(), 20, "{native:?}");
     assert_eq!(module, native);
+}
+
+#[test]
+fn a_retry_that_changes_no_score_writes_nothing_more() {
+    // Inside one MULTI the clock is frozen: the second retry of a job with a
+    // fixed delay lands on the score it already has. A native ZADD of an
+    // unchanged score sends no event, fails no WATCH and replicates nothing.
+    let (primary, _replica, mut p, mut r) = primary_and_replica(Options::without_module());
+    let stats: String = q!(&mut r, "INFO", "commandstats");
+    let zadds_before = field_of(&stats, "cmdstat_zadd");
+    assert_eq!(zadds_before, "");
+    let native = events(&primary, "n:", |con| {
+        let _: () = redis::pipe()
+            .atomic()
+            .add_command(cmd!("ZADD", "n:s", 5, "x"))
+            .add_command(cmd!("ZADD", "n:s", 5, "x"))
+            .query(con)
+            .unwrap();
+    });
+    let module = events(&primary, "m:", |con| {
+        let fire: Vec<i64> = redis::pipe()
+            .atomic()
+            .add_command(cmd!("ECHO.RETRY", "m:s", "x", "fixed:0", 1))
+            .add_command(cmd!("ECHO.RETRY", "m:s", "x", "fixed:0", 1))
+            .query(con)
+            .unwrap();
+        assert_eq!(fire[0], fire[1]);
+    });
+    assert_eq!(native.len(), 4, "{native:?}"); // new and zadd, keyspace and keyevent
+    assert_eq!(module, native);
+    wait_replica_synced(&mut p, &mut r);
+    let stats: String = q!(&mut r, "INFO", "commandstats");
+    let zadds = field_of(&stats, "cmdstat_zadd");
+    // one ZADD reached the replica for each key: the unchanged ones are not sent
+    assert!(zadds.starts_with("calls=2,"), "{zadds}");
+    assert_eq!(digest(&mut p), digest(&mut r));
 }
 
 #[test]

@@ -41,6 +41,7 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             register_info(ctx.ctx, Some(crate::stats::info));
         }
     }
+    crate::stats::reset();
     if let Err(why) = docs::describe(ctx, crate::COMMAND_DOCS) {
         ctx.log_warning(&format!("echomq: {why}"));
         return Status::Err;

@@ -16,7 +16,7 @@
 use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::keys::{self, Key, Kind};
-use crate::parse::{self, ArgError};
+use crate::parse;
 use crate::{clock, stats};
 
 pub fn echo_promote(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -28,27 +28,25 @@ fn promote(ctx: &Context, args: &[RedisString]) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let options: Vec<&[u8]> = options.iter().map(RedisString::as_slice).collect();
-    let limit = parse::parse_promote_limit(&options)?;
-    if schedule.as_slice() == pending.as_slice() {
-        return Err(ArgError::SameKey.into());
-    }
+    let limit = parse::parse_promote_request(schedule.as_slice(), pending.as_slice(), &options)?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
     let pending_key = Key::open_write(ctx, pending);
     pending_key.require(Kind::List)?;
 
-    // Scores are whole milliseconds and now_ms is far below 2^53: exact.
+    // now_ms is an integer far below 2^53, so the f64 bound is exact and a
+    // member due at exactly now_ms (or any fraction before it) is included.
     let due = schedule_key.zset_due(ctx, clock::now_ms() as f64, limit);
     let moved = due.len() as u64;
     if !due.is_empty() {
+        // Effects and events in the order `ZREM` then `LPUSH` make them.
         schedule_key.zset_remove(&due);
-        pending_key.list_push_head(&due);
-
         keys::signal_modified(ctx, schedule);
         ctx.notify_keyspace_event(NotifyEvent::ZSET, "zrem", schedule);
         if schedule_key.kind() == Kind::Missing {
             ctx.notify_keyspace_event(NotifyEvent::GENERIC, "del", schedule);
         }
+        pending_key.list_push_head(&due);
         keys::signal_modified(ctx, pending);
         ctx.notify_keyspace_event(NotifyEvent::LIST, "lpush", pending);
 

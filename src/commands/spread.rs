@@ -36,9 +36,10 @@ fn spread(ctx: &Context, args: &[RedisString]) -> RedisResult {
             0
         } else {
             // ZCOUNT is O(log N) through the set's own rank index; "(" makes
-            // the upper edge exclusive.
-            let low = low_ms.to_string();
-            let high = format!("({high_ms}");
+            // the upper edge exclusive. Edges are sent as the doubles the
+            // integer edges round up to, which Display writes exactly.
+            let low = format!("{}", parse::ceil_to_f64(low_ms));
+            let high = format!("({}", parse::ceil_to_f64(high_ms));
             match ctx.call(
                 "ZCOUNT",
                 &[schedule.as_slice(), low.as_bytes(), high.as_bytes()],
