@@ -34,12 +34,13 @@ redis_module! {
     data_types: [],
     init: init,
     commands: [
-        // name, handler, flags, first key, last key, key step, ACL categories
-        // (none: a category list makes Redis 7.0 refuse to load the module)
-        ["ECHO.RETRY", echo_retry, "write deny-oom fast", 1, 1, 1, ""],
-        ["ECHO.PROMOTE", echo_promote, "write", 1, 2, 1, ""],
-        ["ECHO.DELAY", echo_delay, "readonly fast", 0, 0, 0, ""],
-        ["ECHO.SPREAD", echo_spread, "readonly", 1, 1, 1, ""],
+        // name, handler, flags, first key, last key, key step, then ACL
+        // categories: none mandatory (a mandatory list makes Redis 7.0, which
+        // lacks the API, refuse the module), and the optional ones Valkey applies.
+        ["ECHO.RETRY", echo_retry, "write deny-oom fast", 1, 1, 1, "", "write sortedset fast"],
+        ["ECHO.PROMOTE", echo_promote, "write", 1, 2, 1, "", "write sortedset list slow"],
+        ["ECHO.DELAY", echo_delay, "readonly fast", 0, 0, 0, "", "fast"],
+        ["ECHO.SPREAD", echo_spread, "readonly", 1, 1, 1, "", "read sortedset slow"],
     ],
 }
 
@@ -54,6 +55,7 @@ const COMMAND_DOCS: &[CommandDocs] = &[
             position: 1,
             flags: K::READ_WRITE.union(K::UPDATE),
         }],
+        tips: Some(c"nondeterministic_output"),
     },
     CommandDocs {
         name: c"ECHO.PROMOTE",
@@ -70,6 +72,7 @@ const COMMAND_DOCS: &[CommandDocs] = &[
                 flags: K::READ_WRITE.union(K::INSERT),
             },
         ],
+        tips: None,
     },
     CommandDocs {
         name: c"ECHO.DELAY",
@@ -77,15 +80,18 @@ const COMMAND_DOCS: &[CommandDocs] = &[
         summary: c"Computes one delay of a policy for an attempt count, writing nothing.",
         complexity: c"O(1)",
         keys: &[],
+        tips: Some(c"nondeterministic_output"),
     },
     CommandDocs {
         name: c"ECHO.SPREAD",
         arity: 5,
         summary: c"Counts a schedule's jobs in equal time buckets.",
         complexity: c"O(B*log(N)) with B the buckets and N the jobs in the schedule.",
+        // counts only, never the members: RO without ACCESS, as ZCOUNT
         keys: &[KeyDoc {
             position: 1,
-            flags: K::READ_ONLY.union(K::ACCESS),
+            flags: K::READ_ONLY,
         }],
+        tips: None,
     },
 ];

@@ -458,3 +458,41 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
     let keys: i64 = q!(&mut con, "DBSIZE");
     assert_eq!(keys, 0);
 }
+
+#[test]
+fn acl_categories_let_users_allow_and_deny_by_category() {
+    let server = Server::start();
+    let mut con = server.conn();
+    if !is_valkey(&mut con) {
+        eprintln!(
+            "SKIPPED acl categories: Redis 7.0 has no API to set a module command's categories"
+        );
+        return;
+    }
+    let _: () = q!(
+        &mut con,
+        "ACL",
+        "SETUSER",
+        "no-writes",
+        "on",
+        "nopass",
+        "+@all",
+        "-@write",
+        "~*"
+    );
+    let _: () = q!(&mut con, "ACL", "SETUSER", "writer", "on", "nopass", "+@write", "~*");
+    let _: () = q!(&mut con, "ACL", "SETUSER", "reader", "on", "nopass", "+@read", "~*");
+    let dry = |con: &mut Connection, user: &str, args: &[&str]| -> String {
+        q!(con, "ACL", "DRYRUN", user, args)
+    };
+    let retry_args = ["ECHO.RETRY", "s", "j", "fixed:1", "1"];
+    let promote_args = ["ECHO.PROMOTE", "s", "p"];
+    let spread_args = ["ECHO.SPREAD", "s", "0", "1", "1"];
+    assert!(dry(&mut con, "no-writes", &retry_args).contains("no permissions"));
+    assert!(dry(&mut con, "no-writes", &promote_args).contains("no permissions"));
+    assert_eq!(dry(&mut con, "no-writes", &spread_args), "OK");
+    assert_eq!(dry(&mut con, "writer", &retry_args), "OK");
+    assert_eq!(dry(&mut con, "writer", &promote_args), "OK");
+    assert!(dry(&mut con, "reader", &retry_args).contains("no permissions"));
+    assert_eq!(dry(&mut con, "reader", &spread_args), "OK");
+}

@@ -24,6 +24,8 @@ pub struct CommandDocs {
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     pub keys: &'static [KeyDoc],
+    /// E.g. `nondeterministic_output` for a reply that draws or reads the clock.
+    pub tips: Option<&'static CStr>,
 }
 
 static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
@@ -51,6 +53,7 @@ pub fn describe(ctx: &Context, docs: &[CommandDocs]) -> Result<(), String> {
                     .map(|k| {
                         KeySpec::new(
                             None,
+                            // KeySpecFlags is neither Copy nor Clone: rebuild it.
                             KeySpecFlags::from_bits_truncate(k.flags.bits()),
                             BeginSearch::new_index(k.position),
                             FindKeys::new_range(0, 1, 0),
@@ -65,7 +68,7 @@ pub fn describe(ctx: &Context, docs: &[CommandDocs]) -> Result<(), String> {
             complexity: doc.complexity.as_ptr(),
             since: c"0.1.0".as_ptr(),
             history: ptr::null_mut(),
-            tips: ptr::null(),
+            tips: doc.tips.map_or(ptr::null(), CStr::as_ptr),
             arity: doc.arity,
             key_specs: key_specs
                 .as_ref()
