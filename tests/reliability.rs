@@ -167,7 +167,7 @@ fn a_replica_with_the_module_refuses_writes_and_answers_reads() {
 
 #[test]
 fn retries_inside_multi_and_eval_replicate_their_effects() {
-    let (primary, _replica, mut p, mut r) = primary_and_replica(Options::without_module());
+    let (_primary, _replica, mut p, mut r) = primary_and_replica(Options::without_module());
     for i in 0..50 {
         let script = "return redis.call('ECHO.RETRY', KEYS[1], ARGV[1], 'jitter:fixed:100000', 2)";
         let fire: i64 = q!(&mut p, "EVAL", script, 1, "s", format!("eval-{i}"));
