@@ -14,7 +14,7 @@ use std::os::raw::c_int;
 use std::ptr;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
-use redis_module::{Context, RedisError, RedisString};
+use redis_module::{Context, RedisError};
 
 /// The key types the commands distinguish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +49,8 @@ macro_rules! for_each_api {
             RedisModule_ListPush,
             RedisModule_FreeString,
             RedisModule_SignalModifiedKey,
+            RedisModule_NotifyKeyspaceEvent,
+            RedisModule_StringPtrLen,
             RedisModule_Replicate
         )
     };
@@ -81,22 +83,55 @@ macro_rules! api {
     };
 }
 
+/// One argument of the running command, borrowed from the server's argv:
+/// valid for the call, never retained or freed by the module. (The SDK's
+/// `Vec<RedisString>` would allocate and retain every argument per call.)
+#[repr(transparent)]
+pub struct Arg(*mut RedisModuleString);
+
+impl Arg {
+    /// Views the server's `argv` of `argc` arguments.
+    ///
+    /// # Safety
+    /// `argv` must point to `argc` live strings that outlive the returned
+    /// slice: the server's arguments of the command now running.
+    pub unsafe fn from_argv<'a>(argv: *mut *mut RedisModuleString, argc: c_int) -> &'a [Arg] {
+        match usize::try_from(argc) {
+            // Arg is a transparent wrapper of the pointer, so the layouts agree.
+            Ok(len) if !argv.is_null() => std::slice::from_raw_parts(argv.cast::<Arg>(), len),
+            _ => &[],
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        let mut len = 0usize;
+        // SAFETY: a live argument string; the bytes stay valid while it does.
+        unsafe {
+            let bytes = api!(RedisModule_StringPtrLen)(self.0, &mut len);
+            if bytes.is_null() {
+                return &[];
+            }
+            std::slice::from_raw_parts(bytes.cast::<u8>(), len)
+        }
+    }
+}
+
 impl Key {
     /// Opens `name` for reading and writing. Nothing is written, and no key is
     /// created, until a write is made.
-    pub fn open_write(ctx: &Context, name: &RedisString) -> Key {
+    pub fn open_write(ctx: &Context, name: &Arg) -> Key {
         let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
         // SAFETY: ctx and name are live for this call; OpenKey copies what it keeps.
-        let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.inner, mode) };
+        let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) };
         Key { ptr }
     }
 
     /// Opens `name` for reading. A missing key gives a null handle, which the
     /// methods below treat as empty.
-    pub fn open_read(ctx: &Context, name: &RedisString) -> Key {
+    pub fn open_read(ctx: &Context, name: &Arg) -> Key {
         let mode = raw::REDISMODULE_READ as c_int;
         // SAFETY: as in open_write.
-        let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.inner, mode) };
+        let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) };
         Key { ptr }
     }
 
@@ -125,12 +160,11 @@ impl Key {
 
     /// Adds `member` with `score`, or replaces its score. `Ok(false)` when the
     /// member already had that very score: nothing changed.
-    pub fn zset_add(&self, score: f64, member: &RedisString) -> Result<bool, RedisError> {
+    pub fn zset_add(&self, score: f64, member: &Arg) -> Result<bool, RedisError> {
         let mut flags: c_int = 0;
         // SAFETY: a live write handle of a missing key or a sorted set (checked
         // by the caller); ZsetAdd refuses NaN and wrong types with an error.
-        let status =
-            unsafe { api!(RedisModule_ZsetAdd)(self.ptr, score, member.inner, &mut flags) };
+        let status = unsafe { api!(RedisModule_ZsetAdd)(self.ptr, score, member.0, &mut flags) };
         if status == raw::REDISMODULE_OK as c_int {
             // The server reports ADDED or UPDATED only for a real change; a
             // member re-added at its own score sets neither (nor NOP, which is
@@ -252,13 +286,19 @@ impl Drop for Members {
 
 /// Tells the server a key was written: WATCH on it fails, client-side caching
 /// invalidates. Sent once per written key, as native commands do.
-pub fn signal_modified(ctx: &Context, name: &RedisString) {
+pub fn signal_modified(ctx: &Context, name: &Arg) {
     // SAFETY: live context and key name.
-    unsafe { api!(RedisModule_SignalModifiedKey)(ctx.ctx, name.inner) };
+    unsafe { api!(RedisModule_SignalModifiedKey)(ctx.ctx, name.0) };
+}
+
+/// Sends the keyspace notification a native command would, e.g. `zadd`.
+pub fn notify(ctx: &Context, class: c_int, event: &CStr, name: &Arg) {
+    // SAFETY: live context and key name; the event string is static.
+    unsafe { api!(RedisModule_NotifyKeyspaceEvent)(ctx.ctx, class, event.as_ptr(), name.0) };
 }
 
 /// Sends `command key arg` to replicas and the AOF, e.g. `ZADD key 123 job`.
-pub fn replicate_zadd(ctx: &Context, key: &RedisString, score: i64, member: &RedisString) {
+pub fn replicate_zadd(ctx: &Context, key: &Arg, score: i64, member: &Arg) {
     const FMT: &CStr = c"sls";
     // SAFETY: the format names exactly the three arguments passed, with their
     // C types (string, long long, string).
@@ -267,15 +307,15 @@ pub fn replicate_zadd(ctx: &Context, key: &RedisString, score: i64, member: &Red
             ctx.ctx,
             c"ZADD".as_ptr(),
             FMT.as_ptr(),
-            key.inner,
+            key.0,
             score as std::os::raw::c_longlong,
-            member.inner,
+            member.0,
         )
     };
 }
 
 /// Sends `command key member...` to replicas and the AOF (ZREM, LPUSH).
-pub fn replicate_members(ctx: &Context, command: &CStr, key: &RedisString, members: &Members) {
+pub fn replicate_members(ctx: &Context, command: &CStr, key: &Arg, members: &Members) {
     // SAFETY: "sv" is a string then a vector given as pointer and count; the
     // vector's strings are live until `members` drops.
     unsafe {
@@ -283,7 +323,7 @@ pub fn replicate_members(ctx: &Context, command: &CStr, key: &RedisString, membe
             ctx.ctx,
             command.as_ptr(),
             c"sv".as_ptr(),
-            key.inner,
+            key.0,
             members.ptrs.as_ptr(),
             members.ptrs.len(),
         )

@@ -9,10 +9,8 @@ mod parse;
 mod policy;
 mod stats;
 
-use commands::docs::{CommandDocs, KeyDoc};
-use commands::{
-    delay::echo_delay, init, promote::echo_promote, retry::echo_retry, spread::echo_spread,
-};
+use commands::register::{Command, KeyDoc};
+use commands::{delay, init, promote, retry, spread};
 use redis_module::commands::KeySpecFlags as K;
 use redis_module::redis_module;
 
@@ -32,36 +30,34 @@ redis_module! {
     version: 1,
     allocator: (Allocator, ALLOCATOR),
     data_types: [],
+    // init registers COMMANDS: one table for each command's flags, keys,
+    // arity, docs and ACL categories, and an entry point that reads the
+    // arguments in place.
     init: init,
-    commands: [
-        // name, handler, flags, first key, last key, key step, then ACL
-        // categories: none mandatory (a mandatory list makes Redis 7.0, which
-        // lacks the API, refuse the module), and the optional ones Valkey applies.
-        ["ECHO.RETRY", echo_retry, "write deny-oom fast", 1, 1, 1, "", "write sortedset fast"],
-        ["ECHO.PROMOTE", echo_promote, "write", 1, 2, 1, "", "write sortedset list slow"],
-        ["ECHO.DELAY", echo_delay, "readonly fast", 0, 0, 0, "", "fast"],
-        ["ECHO.SPREAD", echo_spread, "readonly", 1, 1, 1, "", "read sortedset slow"],
-    ],
 }
 
-/// Arity, key specs and docs of each command, attached at load.
-const COMMAND_DOCS: &[CommandDocs] = &[
-    CommandDocs {
+/// The commands. ACL categories apply where the server has the API (Valkey).
+const COMMANDS: &[Command] = &[
+    Command {
         name: c"ECHO.RETRY",
+        entry: entry_point!(retry::echo_retry),
+        flags: c"write deny-oom fast",
         arity: 5,
-        summary: c"Adds a job to a schedule at now plus the policy's delay for its attempt count.",
-        complexity: c"O(log(N)) with N the number of jobs in the schedule.",
         keys: &[KeyDoc {
             position: 1,
             flags: K::READ_WRITE.union(K::UPDATE),
         }],
+        acl_categories: c"write sortedset fast",
+        summary: c"Adds a job to a schedule at now plus the policy's delay for its attempt count.",
+        complexity: c"O(log(N)) with N the number of jobs in the schedule.",
         tips: Some(c"nondeterministic_output"),
     },
-    CommandDocs {
+    Command {
         name: c"ECHO.PROMOTE",
+        entry: entry_point!(promote::echo_promote),
+        // not deny-oom: moving a job frees about what it uses
+        flags: c"write",
         arity: -3,
-        summary: c"Moves the due jobs of a schedule to a pending list, earliest first.",
-        complexity: c"O(M*log(N)) with M the jobs moved and N the jobs in the schedule.",
         keys: &[
             KeyDoc {
                 position: 1,
@@ -72,26 +68,35 @@ const COMMAND_DOCS: &[CommandDocs] = &[
                 flags: K::READ_WRITE.union(K::INSERT),
             },
         ],
+        acl_categories: c"write sortedset list slow",
+        summary: c"Moves the due jobs of a schedule to a pending list, earliest first.",
+        complexity: c"O(M*log(N)) with M the jobs moved and N the jobs in the schedule.",
         tips: None,
     },
-    CommandDocs {
+    Command {
         name: c"ECHO.DELAY",
+        entry: entry_point!(delay::echo_delay),
+        flags: c"readonly fast",
         arity: 3,
+        keys: &[],
+        acl_categories: c"fast",
         summary: c"Computes one delay of a policy for an attempt count, writing nothing.",
         complexity: c"O(1)",
-        keys: &[],
         tips: Some(c"nondeterministic_output"),
     },
-    CommandDocs {
+    Command {
         name: c"ECHO.SPREAD",
+        entry: entry_point!(spread::echo_spread),
+        flags: c"readonly",
         arity: 5,
-        summary: c"Counts a schedule's jobs in equal time buckets.",
-        complexity: c"O(B*log(N)) with B the buckets and N the jobs in the schedule.",
         // counts only, never the members: RO without ACCESS, as ZCOUNT
         keys: &[KeyDoc {
             position: 1,
             flags: K::READ_ONLY,
         }],
+        acl_categories: c"read sortedset slow",
+        summary: c"Counts a schedule's jobs in equal time buckets.",
+        complexity: c"O(B*log(N)) with B the buckets and N the jobs in the schedule.",
         tips: None,
     },
 ];

@@ -7,15 +7,12 @@
 //! Errors: as ECHO.RETRY's policy and attempts errors.
 //! Replication: none; the command is read-only and has no keys.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::{parse, stats};
+use crate::keys::Arg;
+use crate::parse;
 
-pub fn echo_delay(_ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    stats::counted(delay(&args))
-}
-
-fn delay(args: &[RedisString]) -> RedisResult {
+pub fn echo_delay(_ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, policy, attempts] = args else {
         return Err(RedisError::WrongArity);
     };

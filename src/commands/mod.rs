@@ -2,14 +2,15 @@
 //! notify, replicate, reply.
 
 pub mod delay;
-pub mod docs;
 pub mod promote;
+pub mod register;
 pub mod retry;
 pub mod spread;
 
 use redis_module::{raw, Context, RedisString, Status};
 
-/// Called once when the module loads, after the commands are registered.
+/// Called once when the module loads: registers the commands and the INFO
+/// section.
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // The crate's INFO helpers call these without checking; keys.rs lists its own.
     // SAFETY: copies pointers written once at load.
@@ -42,7 +43,7 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         }
     }
     crate::stats::reset();
-    if let Err(why) = docs::describe(ctx, crate::COMMAND_DOCS) {
+    if let Err(why) = register::register(ctx, crate::COMMANDS) {
         ctx.log_warning(&format!("echomq: {why}"));
         return Status::Err;
     }

@@ -13,21 +13,17 @@
 //! Replication: the effects, `ZREM schedule m1..mk` and `LPUSH pending m1..mk`
 //! of exactly the members moved (the server wraps the two in MULTI/EXEC).
 
-use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 
-use crate::keys::{self, Key, Kind};
+use crate::keys::{self, Arg, Key, Kind};
 use crate::parse;
 use crate::{clock, stats};
 
-pub fn echo_promote(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    stats::counted(promote(ctx, &args))
-}
-
-fn promote(ctx: &Context, args: &[RedisString]) -> RedisResult {
+pub fn echo_promote(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, pending, options @ ..] = args else {
         return Err(RedisError::WrongArity);
     };
-    let options: Vec<&[u8]> = options.iter().map(RedisString::as_slice).collect();
+    let options: Vec<&[u8]> = options.iter().map(Arg::as_slice).collect();
     let limit = parse::parse_promote_request(schedule.as_slice(), pending.as_slice(), &options)?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
@@ -42,13 +38,13 @@ fn promote(ctx: &Context, args: &[RedisString]) -> RedisResult {
         // Effects and events in the order `ZREM` then `LPUSH` make them.
         schedule_key.zset_remove(&due);
         keys::signal_modified(ctx, schedule);
-        ctx.notify_keyspace_event(NotifyEvent::ZSET, "zrem", schedule);
+        keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zrem", schedule);
         if schedule_key.kind() == Kind::Missing {
-            ctx.notify_keyspace_event(NotifyEvent::GENERIC, "del", schedule);
+            keys::notify(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"del", schedule);
         }
         pending_key.list_push_head(&due);
         keys::signal_modified(ctx, pending);
-        ctx.notify_keyspace_event(NotifyEvent::LIST, "lpush", pending);
+        keys::notify(ctx, raw::REDISMODULE_NOTIFY_LIST, c"lpush", pending);
 
         keys::replicate_members(ctx, c"ZREM", schedule, &due);
         keys::replicate_members(ctx, c"LPUSH", pending, &due);

@@ -11,16 +11,12 @@
 //! Replication: the effect, `ZADD schedule fire_at_ms job`; the random draw
 //! and the clock are never recomputed on a replica or an AOF reload.
 
-use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 
-use crate::keys::{self, Key, Kind};
+use crate::keys::{self, Arg, Key, Kind};
 use crate::{clock, parse, stats};
 
-pub fn echo_retry(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    stats::counted(retry(ctx, &args))
-}
-
-fn retry(ctx: &Context, args: &[RedisString]) -> RedisResult {
+pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, job, policy, attempts] = args else {
         return Err(RedisError::WrongArity);
     };
@@ -36,7 +32,7 @@ fn retry(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let fire_at_ms = clock::now_ms().saturating_add(i64::try_from(delay_ms).unwrap_or(i64::MAX));
     if key.zset_add(fire_at_ms as f64, job)? {
         keys::signal_modified(ctx, schedule);
-        ctx.notify_keyspace_event(NotifyEvent::ZSET, "zadd", schedule);
+        keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zadd", schedule);
         keys::replicate_zadd(ctx, schedule, fire_at_ms, job);
     }
     stats::retried(request.policy.is_jittered());

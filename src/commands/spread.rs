@@ -10,16 +10,12 @@
 //! Errors: argument errors from `parse`; `WRONGTYPE` for a non-sorted-set.
 //! Replication: none; read-only.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::keys::{Key, Kind};
-use crate::{parse, stats};
+use crate::keys::{Arg, Key, Kind};
+use crate::parse;
 
-pub fn echo_spread(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    stats::counted(spread(ctx, &args))
-}
-
-fn spread(ctx: &Context, args: &[RedisString]) -> RedisResult {
+pub fn echo_spread(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, start_ms, end_ms, buckets] = args else {
         return Err(RedisError::WrongArity);
     };

@@ -1,0 +1,165 @@
+//! Registers the command table at load: each command with its flags and
+//! legacy key range, then its arity, key specs and docs through the
+//! command-info API (Valkey, Redis 7.0+), then its ACL categories where the
+//! server has that API (Valkey; Redis 7.0 has none and still loads us).
+//!
+//! With the arity declared the server itself refuses a wrong argument count,
+//! also at MULTI queue time, as it does for native commands; the key specs
+//! tell the cluster and ACLs exactly what each key undergoes.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+use std::ptr;
+
+use redis_module::commands::{get_redis_key_spec, BeginSearch, FindKeys, KeySpec, KeySpecFlags};
+use redis_module::{raw, Context, RedisResult};
+
+use crate::keys::Arg;
+
+/// A command handler: the running command's arguments, its reply.
+pub type Handler = fn(&Context, &[Arg]) -> RedisResult;
+
+/// One key argument: its position and what the command does to it.
+pub struct KeyDoc {
+    pub position: i32,
+    pub flags: KeySpecFlags,
+}
+
+/// One row of the command table.
+pub struct Command {
+    pub name: &'static CStr,
+    /// The server's entry point, made from a `Handler` by `entry_point!`.
+    pub entry: unsafe extern "C" fn(
+        *mut raw::RedisModuleCtx,
+        *mut *mut raw::RedisModuleString,
+        c_int,
+    ) -> c_int,
+    pub flags: &'static CStr,
+    /// As the server counts it: the command name included; negative means "at least".
+    pub arity: c_int,
+    pub keys: &'static [KeyDoc],
+    pub acl_categories: &'static CStr,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    /// E.g. `nondeterministic_output` for a reply that draws or reads the clock.
+    pub tips: Option<&'static CStr>,
+}
+
+/// The server's entry point for a `Handler`: views argv without copying,
+/// runs the handler, counts an error reply, replies.
+#[macro_export]
+macro_rules! entry_point {
+    ($handler:path) => {{
+        unsafe extern "C" fn entry(
+            ctx: *mut redis_module::raw::RedisModuleCtx,
+            argv: *mut *mut redis_module::raw::RedisModuleString,
+            argc: std::os::raw::c_int,
+        ) -> std::os::raw::c_int {
+            let context = redis_module::Context::new(ctx);
+            // SAFETY: the server passes the running command's own arguments.
+            let args = unsafe { $crate::keys::Arg::from_argv(argv, argc) };
+            let handler: $crate::commands::register::Handler = $handler;
+            let result = $crate::stats::counted(handler(&context, args));
+            context.reply(result) as std::os::raw::c_int
+        }
+        entry
+    }};
+}
+
+static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+};
+
+/// Creates every command of `table`. Fails the load if the server refuses
+/// any part: a module whose arity the server does not check would answer
+/// differently inside MULTI.
+pub fn register(ctx: &Context, table: &[Command]) -> Result<(), String> {
+    // SAFETY: the pointers are copied out of statics set once at load.
+    let (create, get_command, set_info, set_acl) = unsafe {
+        (
+            raw::RedisModule_CreateCommand,
+            raw::RedisModule_GetCommand,
+            raw::RedisModule_SetCommandInfo,
+            raw::RedisModule_SetCommandACLCategories,
+        )
+    };
+    let (Some(create), Some(get_command), Some(set_info)) = (create, get_command, set_info) else {
+        return Err("this server has no command-info API (Redis 7.0+ or Valkey needed)".into());
+    };
+    for command in table {
+        let name = command.name.to_string_lossy();
+        let (first_key, last_key, key_step) = match command.keys {
+            [] => (0, 0, 0),
+            [only] => (only.position, only.position, 1),
+            [first, .., last] => (first.position, last.position, 1),
+        };
+        // SAFETY: static C strings; the entry point matches the server's
+        // command signature.
+        let created = unsafe {
+            create(
+                ctx.ctx,
+                command.name.as_ptr(),
+                Some(command.entry),
+                command.flags.as_ptr(),
+                first_key,
+                last_key,
+                key_step,
+            )
+        };
+        if created != raw::REDISMODULE_OK as c_int {
+            return Err(format!("the server refused to create {name}"));
+        }
+        // SAFETY: the command was created by this name just above.
+        let handle = unsafe { get_command(ctx.ctx, command.name.as_ptr()) };
+        if handle.is_null() {
+            return Err(format!("{name} is not registered"));
+        }
+        let key_specs = (!command.keys.is_empty()).then(|| {
+            get_redis_key_spec(
+                command
+                    .keys
+                    .iter()
+                    .map(|k| {
+                        KeySpec::new(
+                            None,
+                            // KeySpecFlags is neither Copy nor Clone: rebuild it.
+                            KeySpecFlags::from_bits_truncate(k.flags.bits()),
+                            BeginSearch::new_index(k.position),
+                            FindKeys::new_range(0, 1, 0),
+                        )
+                    })
+                    .collect(),
+            )
+        });
+        let info = raw::RedisModuleCommandInfo {
+            version: &INFO_VERSION,
+            summary: command.summary.as_ptr(),
+            complexity: command.complexity.as_ptr(),
+            since: c"0.1.0".as_ptr(),
+            history: ptr::null_mut(),
+            tips: command.tips.map_or(ptr::null(), CStr::as_ptr),
+            arity: command.arity,
+            key_specs: key_specs
+                .as_ref()
+                .map_or(ptr::null_mut(), |specs| specs.as_ptr().cast_mut()),
+            args: ptr::null_mut(),
+        };
+        // SAFETY: the info and the key specs (terminated by a zeroed entry)
+        // outlive the call, which copies what it keeps.
+        if unsafe { set_info(handle, &info) } != raw::REDISMODULE_OK as c_int {
+            return Err(format!("the server refused the command info of {name}"));
+        }
+        if let Some(set_acl) = set_acl {
+            // SAFETY: a live command handle and a static C string.
+            if unsafe { set_acl(handle, command.acl_categories.as_ptr()) }
+                != raw::REDISMODULE_OK as c_int
+            {
+                return Err(format!("the server refused the ACL categories of {name}"));
+            }
+        }
+    }
+    Ok(())
+}
