@@ -19,6 +19,8 @@ use crate::keys::{self, Arg, Key, Kind};
 use crate::parse;
 use crate::{clock, stats};
 
+// Kept out of line so profiles name each command (scripts/profile.sh).
+#[inline(never)]
 pub fn echo_promote(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, pending, options @ ..] = args else {
         return Err(RedisError::WrongArity);

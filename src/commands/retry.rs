@@ -16,6 +16,8 @@ use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 use crate::keys::{self, Arg, Key, Kind};
 use crate::{clock, parse, stats};
 
+// Kept out of line so profiles name each command (scripts/profile.sh).
+#[inline(never)]
 pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, job, policy, attempts] = args else {
         return Err(RedisError::WrongArity);
