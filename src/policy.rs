@@ -9,8 +9,9 @@
 /// (well under 2^53, the largest integer a double holds exactly).
 pub const MAX_MS: u64 = 10_000_000_000_000;
 
-/// How many `jitter:` layers may wrap a backoff. More adds nothing a user
-/// could want and only lets a client make the server draw many times.
+/// How many jitter wrappers (`jitter:` and `equal-jitter:` together) may
+/// wrap a backoff. More adds nothing a user could want and only lets a client
+/// make the server draw many times.
 pub const MAX_JITTER_LAYERS: u8 = 8;
 
 /// The deterministic part of a policy.
@@ -45,30 +46,107 @@ impl Backoff {
     }
 }
 
-/// A backoff wrapped in zero or more `jitter:` layers (full jitter).
+/// One random wrapper around a delay `d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Jitter {
+    /// `jitter:`: uniform in `0..=d` (full jitter).
+    Full,
+    /// `equal-jitter:`: uniform in `ceil(d/2)..=d`, never less than half.
+    Equal,
+}
+
+impl Jitter {
+    /// Applies this wrapper to `delay_ms`. `draw(n)` must be uniform over
+    /// `0..=n`; a sampler that returns more than `n` is clamped, so the range
+    /// holds whatever the sampler does. `n` is never 0: nothing is drawn when
+    /// the range has one value.
+    fn apply(self, delay_ms: u64, draw: &mut impl FnMut(u64) -> u64) -> u64 {
+        // Equal jitter is `d - floor(d/2) + uniform(0..=floor(d/2))`: the
+        // floor keeps an odd `d` reachable at both ends.
+        let span_ms = match self {
+            Jitter::Full => delay_ms,
+            Jitter::Equal => delay_ms / 2,
+        };
+        if span_ms == 0 {
+            return delay_ms;
+        }
+        delay_ms - span_ms + draw(span_ms).min(span_ms)
+    }
+}
+
+/// The wrappers of a policy, innermost first: bit `i` of `equal_bits` says
+/// whether layer `i` is equal jitter. A fixed-size value keeps `Policy`
+/// `Copy` and the parser allocation-free.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Jitters {
+    count: u8,
+    equal_bits: u8,
+}
+
+impl Jitters {
+    pub const NONE: Jitters = Jitters {
+        count: 0,
+        equal_bits: 0,
+    };
+
+    /// Builds the wrappers from the outermost (as written) to the innermost.
+    /// `None` past `MAX_JITTER_LAYERS`.
+    pub fn from_outermost(layers: &[Jitter]) -> Option<Jitters> {
+        let mut jitters = Jitters::NONE;
+        for &layer in layers.iter().rev() {
+            jitters = jitters.wrapped_in(layer)?;
+        }
+        Some(jitters)
+    }
+
+    /// These wrappers inside one more, outer, `layer`. `None` past
+    /// `MAX_JITTER_LAYERS`.
+    pub fn wrapped_in(self, layer: Jitter) -> Option<Jitters> {
+        if self.count >= MAX_JITTER_LAYERS {
+            return None;
+        }
+        let bit = u8::from(layer == Jitter::Equal) << self.count;
+        Some(Jitters {
+            count: self.count + 1,
+            equal_bits: self.equal_bits | bit,
+        })
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.count == 0
+    }
+
+    /// The layers in the order they apply: innermost first.
+    pub fn inner_first(self) -> impl Iterator<Item = Jitter> {
+        (0..self.count).map(move |i| {
+            if self.equal_bits >> i & 1 == 1 {
+                Jitter::Equal
+            } else {
+                Jitter::Full
+            }
+        })
+    }
+}
+
+/// A backoff wrapped in zero or more jitter layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     pub backoff: Backoff,
-    /// Number of `jitter:` prefixes, `0..=MAX_JITTER_LAYERS`.
-    pub jitter_layers: u8,
+    pub jitters: Jitters,
 }
 
 impl Policy {
     pub fn is_jittered(&self) -> bool {
-        self.jitter_layers > 0
+        !self.jitters.is_empty()
     }
 
-    /// The delay for `attempts`. Each jitter layer replaces the delay `d` by
-    /// `draw(d)`, which must be uniform over the closed range `0..=d`; a
-    /// sampler that returns more than `d` is clamped, so the bound holds
-    /// whatever the sampler does.
+    /// The delay for `attempts`. Each layer, innermost first, replaces the
+    /// delay `d` by a draw over its range (`0..=d` or `ceil(d/2)..=d`), using
+    /// `draw(n)`, which must be uniform over `0..=n`.
     pub fn delay_ms(&self, attempts: u64, mut draw: impl FnMut(u64) -> u64) -> u64 {
         let mut delay_ms = self.backoff.delay_ms(attempts);
-        for _ in 0..self.jitter_layers {
-            if delay_ms == 0 {
-                break;
-            }
-            delay_ms = draw(delay_ms).min(delay_ms);
+        for layer in self.jitters.inner_first() {
+            delay_ms = layer.apply(delay_ms, &mut draw);
         }
         delay_ms
     }
@@ -76,6 +154,21 @@ impl Policy {
     /// The delay for `attempts`, with jitter drawn from `rng`.
     pub fn delay_ms_with_rng<R: rand::Rng + ?Sized>(&self, attempts: u64, rng: &mut R) -> u64 {
         self.delay_ms(attempts, |max_ms| uniform_inclusive(rng, max_ms))
+    }
+
+    /// The closed range every delay for `attempts` falls in, whatever the
+    /// draws (what the tests hold the draws to).
+    #[cfg(test)]
+    pub fn bounds_ms(&self, attempts: u64) -> (u64, u64) {
+        let high_ms = self.backoff.delay_ms(attempts);
+        let low_ms = self
+            .jitters
+            .inner_first()
+            .fold(high_ms, |low_ms, layer| match layer {
+                Jitter::Full => 0,
+                Jitter::Equal => low_ms - low_ms / 2,
+            });
+        (low_ms, high_ms)
     }
 }
 
@@ -96,15 +189,16 @@ mod tests {
         Backoff::Exponential { base_ms, max_ms }
     }
     fn plain(backoff: Backoff) -> Policy {
-        Policy {
-            backoff,
-            jitter_layers: 0,
-        }
+        wrapped(backoff, &[])
     }
     fn jittered(backoff: Backoff, jitter_layers: u8) -> Policy {
+        wrapped(backoff, &vec![Jitter::Full; usize::from(jitter_layers)])
+    }
+    /// `layers` outermost first, as written.
+    fn wrapped(backoff: Backoff, layers: &[Jitter]) -> Policy {
         Policy {
             backoff,
-            jitter_layers,
+            jitters: Jitters::from_outermost(layers).unwrap(),
         }
     }
 
@@ -208,5 +302,132 @@ mod tests {
         }
         // the full u64 range is accepted (no overflow computing the span)
         let _ = uniform_inclusive(&mut rng, u64::MAX);
+    }
+
+    #[test]
+    fn equal_jitter_exact_ranges_for_small_delays() {
+        // Every value a sampler can give, for d = 0..=3: the reachable set is
+        // exactly ceil(d/2)..=d.
+        for (d, want) in [
+            (0u64, vec![0u64]),
+            (1, vec![1]),
+            (2, vec![1, 2]),
+            (3, vec![2, 3]),
+        ] {
+            let p = wrapped(fixed(d), &[Jitter::Equal]);
+            let mut got: Vec<u64> = (0..=d + 2).map(|s| p.delay_ms(1, |_| s)).collect();
+            got.sort_unstable();
+            got.dedup();
+            assert_eq!(got, want, "d={d}");
+            assert_eq!(p.bounds_ms(1), (want[0], d));
+        }
+        // d = 0 and d = 1 have one value: nothing is drawn
+        for d in [0, 1] {
+            let p = wrapped(fixed(d), &[Jitter::Equal]);
+            assert_eq!(p.delay_ms(1, |_| unreachable!()), d);
+        }
+    }
+
+    #[test]
+    fn equal_jitter_endpoints_with_injected_samples() {
+        let p = wrapped(exp(100, 10_000), &[Jitter::Equal]);
+        // attempt 3: d = 400, range 200..=400, the sampler asked for 0..=200
+        let mut asked = Vec::new();
+        assert_eq!(
+            p.delay_ms(3, |n| {
+                asked.push(n);
+                0
+            }),
+            200
+        );
+        assert_eq!(asked, [200]);
+        assert_eq!(p.delay_ms(3, |n| n), 400);
+        assert_eq!(p.delay_ms(3, |_| u64::MAX), 400);
+        assert_eq!(p.bounds_ms(3), (200, 400));
+        // odd d = 401: 201..=401
+        let odd = wrapped(fixed(401), &[Jitter::Equal]);
+        assert_eq!(odd.delay_ms(1, |_| 0), 201);
+        assert_eq!(odd.delay_ms(1, |n| n), 401);
+        assert!(odd.is_jittered());
+    }
+
+    #[test]
+    fn jitter_kinds_nest_both_ways() {
+        // jitter:equal-jitter:fixed:1000 -- equal applies first (inner), then full.
+        let full_of_equal = wrapped(fixed(1000), &[Jitter::Full, Jitter::Equal]);
+        let mut asked = Vec::new();
+        let got = full_of_equal.delay_ms(1, |n| {
+            asked.push(n);
+            n / 2
+        });
+        // equal: 1000 - 500 + 250 = 750; full: draw(750) = 375
+        assert_eq!(asked, [500, 750]);
+        assert_eq!(got, 375);
+        assert_eq!(full_of_equal.bounds_ms(1), (0, 1000));
+        // equal-jitter:jitter:fixed:1000 -- full first, then equal of that.
+        let equal_of_full = wrapped(fixed(1000), &[Jitter::Equal, Jitter::Full]);
+        let mut asked = Vec::new();
+        let got = equal_of_full.delay_ms(1, |n| {
+            asked.push(n);
+            n / 2
+        });
+        // full: 500; equal: 500 - 250 + 125 = 375
+        assert_eq!(asked, [1000, 250]);
+        assert_eq!(got, 375);
+        assert_eq!(equal_of_full.bounds_ms(1), (0, 1000));
+        // equal of equal: never below a quarter
+        let twice = wrapped(fixed(1000), &[Jitter::Equal, Jitter::Equal]);
+        assert_eq!(twice.bounds_ms(1), (250, 1000));
+        assert_eq!(twice.delay_ms(1, |_| 0), 250);
+        assert_eq!(twice.delay_ms(1, |n| n), 1000);
+    }
+
+    #[test]
+    fn at_most_eight_wrappers_of_either_kind() {
+        let mut layers = Vec::new();
+        for i in 0..8 {
+            layers.push(if i % 3 == 0 {
+                Jitter::Equal
+            } else {
+                Jitter::Full
+            });
+            let j = Jitters::from_outermost(&layers).unwrap();
+            assert_eq!(j.inner_first().count(), layers.len());
+            // inner_first gives the written order reversed
+            let back: Vec<Jitter> = j.inner_first().collect();
+            assert_eq!(back, layers.iter().rev().copied().collect::<Vec<_>>());
+        }
+        layers.push(Jitter::Full);
+        assert_eq!(Jitters::from_outermost(&layers), None);
+        let eight = Jitters::from_outermost(&layers[..8]).unwrap();
+        assert_eq!(eight.wrapped_in(Jitter::Equal), None);
+    }
+
+    /// Chi-square goodness of fit of equal jitter over its 51 values
+    /// (d = 100: 50..=100), from the OS-seeded generator the server uses.
+    /// 50 degrees of freedom: the 0.99999 quantile is about 104.8
+    /// (Wilson-Hilferty), so a correct sampler fails this once in 100,000
+    /// runs; one that missed an end, or drew from 0..=d, is far past it.
+    #[test]
+    fn equal_jitter_is_uniform_chi_square() {
+        let p = wrapped(fixed(100), &[Jitter::Equal]);
+        let mut rng = rand::rng();
+        let draws = 51_000u32;
+        let mut seen = [0u32; 101];
+        for _ in 0..draws {
+            let d = p.delay_ms_with_rng(1, &mut rng);
+            assert!((50..=100).contains(&d), "{d}");
+            seen[d as usize] += 1;
+        }
+        let expected = f64::from(draws) / 51.0;
+        let chi2: f64 = seen[50..]
+            .iter()
+            .map(|&n| (f64::from(n) - expected).powi(2) / expected)
+            .sum();
+        assert!(seen[50] > 0 && seen[100] > 0, "both ends reached");
+        assert!(
+            chi2 < 104.8,
+            "chi-square {chi2:.1} over 50 degrees of freedom"
+        );
     }
 }
