@@ -25,6 +25,34 @@ pub enum Kind {
     Other,
 }
 
+/// ZADD's conditions, as the server's low-level ZsetAdd takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZaddIf {
+    Always,
+    /// `NX`
+    New,
+    /// `XX`
+    Existing,
+    /// `GT`: a new member, or a greater score.
+    Greater,
+    /// `LT`: a new member, or a lower score.
+    Less,
+    /// `XX GT`
+    ExistingGreater,
+    /// `XX LT`
+    ExistingLess,
+}
+
+/// What a conditional add did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Zadd {
+    Added,
+    Updated,
+    /// Nothing written: the member kept its score (or, under `XX`, stayed
+    /// out), or it was re-added at the score it had.
+    Unchanged,
+}
+
 /// An open key, closed when dropped.
 pub struct Key {
     ptr: *mut RedisModuleKey,
@@ -41,6 +69,7 @@ macro_rules! for_each_api {
             RedisModule_ValueLength,
             RedisModule_ZsetAdd,
             RedisModule_ZsetRem,
+            RedisModule_ZsetScore,
             RedisModule_ZsetFirstInScoreRange,
             RedisModule_ZsetRangeCurrentElement,
             RedisModule_ZsetRangeNext,
@@ -158,22 +187,61 @@ impl Key {
         }
     }
 
-    /// Adds `member` with `score`, or replaces its score. `Ok(false)` when the
-    /// member already had that very score: nothing changed.
-    pub fn zset_add(&self, score: f64, member: &Arg) -> Result<bool, RedisError> {
-        let mut flags: c_int = 0;
+    /// Adds `member` with `score`, or replaces its score, as `ZADD` with the
+    /// given condition does. The caller has checked the key's type.
+    pub fn zset_add(&self, score: f64, member: &Arg, when: ZaddIf) -> Result<Zadd, RedisError> {
+        let mut flags: c_int = match when {
+            ZaddIf::Always => 0,
+            ZaddIf::New => raw::REDISMODULE_ZADD_NX as c_int,
+            ZaddIf::Existing => raw::REDISMODULE_ZADD_XX as c_int,
+            ZaddIf::Greater => raw::REDISMODULE_ZADD_GT as c_int,
+            ZaddIf::Less => raw::REDISMODULE_ZADD_LT as c_int,
+            ZaddIf::ExistingGreater => {
+                (raw::REDISMODULE_ZADD_XX | raw::REDISMODULE_ZADD_GT) as c_int
+            }
+            ZaddIf::ExistingLess => (raw::REDISMODULE_ZADD_XX | raw::REDISMODULE_ZADD_LT) as c_int,
+        };
         // SAFETY: a live write handle of a missing key or a sorted set (checked
         // by the caller); ZsetAdd refuses NaN and wrong types with an error.
         let status = unsafe { api!(RedisModule_ZsetAdd)(self.ptr, score, member.0, &mut flags) };
-        if status == raw::REDISMODULE_OK as c_int {
-            // The server reports ADDED or UPDATED only for a real change; a
-            // member re-added at its own score sets neither (nor NOP, which is
-            // for NX/XX/GT/LT), and a native ZADD then writes nothing.
-            let changed = (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as c_int;
-            Ok(flags & changed != 0)
-        } else {
-            Err(RedisError::Str("ERR could not add to the sorted set"))
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(RedisError::Str("ERR could not add to the sorted set"));
         }
+        // ADDED or UPDATED only for a real change. A member re-added at its
+        // own score sets neither (a native ZADD then writes nothing); NOP
+        // means the condition kept the member as it was, or kept it out.
+        Ok(if flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0 {
+            Zadd::Added
+        } else if flags & raw::REDISMODULE_ZADD_UPDATED as c_int != 0 {
+            Zadd::Updated
+        } else {
+            Zadd::Unchanged
+        })
+    }
+
+    /// The score of `member`, or `None` when it is not in the set (or the
+    /// key is missing).
+    pub fn zset_score(&self, member: &Arg) -> Option<f64> {
+        if self.kind() != Kind::SortedSet {
+            return None;
+        }
+        let mut score = 0.0;
+        // SAFETY: a live handle of a sorted set; ZsetScore fails only for a
+        // member that is not there.
+        let status = unsafe { api!(RedisModule_ZsetScore)(self.ptr, member.0, &mut score) };
+        (status == raw::REDISMODULE_OK as c_int).then_some(score)
+    }
+
+    /// Removes `member`; `true` when it was there. The server deletes the key
+    /// once it is empty.
+    pub fn zset_remove_one(&self, member: &Arg) -> bool {
+        if self.kind() != Kind::SortedSet {
+            return false;
+        }
+        let mut deleted: c_int = 0;
+        // SAFETY: a live write handle of a sorted set.
+        unsafe { api!(RedisModule_ZsetRem)(self.ptr, member.0, &mut deleted) };
+        deleted != 0
     }
 
     /// Copies out the members with score `<= max_score`, lowest first (ties in
@@ -311,6 +379,34 @@ pub fn replicate_zadd(ctx: &Context, key: &Arg, score: i64, member: &Arg) {
             score as std::os::raw::c_longlong,
             member.0,
         )
+    };
+}
+
+/// Sends `ZADD key score member` with any double score (the shortest
+/// decimal that reads back as the same double; `inf` and `-inf` as ZADD
+/// reads them).
+pub fn replicate_zadd_score(ctx: &Context, key: &Arg, score: f64, member: &Arg) {
+    let text = score.to_string();
+    // SAFETY: "sbs" is a string, a buffer given as pointer and length, and a
+    // string; the buffer lives until the call returns, which copies it.
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            c"ZADD".as_ptr(),
+            c"sbs".as_ptr(),
+            key.0,
+            text.as_ptr(),
+            text.len(),
+            member.0,
+        )
+    };
+}
+
+/// Sends `ZREM key member` to replicas and the AOF.
+pub fn replicate_zrem(ctx: &Context, key: &Arg, member: &Arg) {
+    // SAFETY: the format names exactly the two string arguments passed.
+    unsafe {
+        api!(RedisModule_Replicate)(ctx.ctx, c"ZREM".as_ptr(), c"ss".as_ptr(), key.0, member.0)
     };
 }
 

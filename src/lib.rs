@@ -9,7 +9,7 @@ mod parse;
 mod policy;
 mod stats;
 
-use commands::register::{Command, KeyDoc};
+use commands::register::{Command, KeyAt, KeyDoc};
 use commands::{delay, init, promote, retry, spread};
 use redis_module::commands::KeySpecFlags as K;
 use redis_module::redis_module;
@@ -42,14 +42,27 @@ const COMMANDS: &[Command] = &[
         name: c"ECHO.RETRY",
         entry: entry_point!(retry::echo_retry),
         flags: c"write deny-oom fast",
-        arity: 5,
-        keys: &[KeyDoc {
-            position: 1,
-            flags: K::READ_WRITE.union(K::UPDATE),
-        }],
+        arity: -5,
+        keys: &[
+            KeyDoc {
+                at: KeyAt::Index(1),
+                // UPDATE also covers dead-lettering's removal: the server
+                // allows one of INSERT, DELETE and UPDATE
+                flags: K::READ_WRITE.union(K::UPDATE),
+            },
+            KeyDoc {
+                // options start after `attempts`, so a job or policy spelled
+                // DEAD is never taken for the keyword
+                at: KeyAt::Keyword {
+                    keyword: "DEAD",
+                    start_from: 5,
+                },
+                flags: K::READ_WRITE.union(K::UPDATE),
+            },
+        ],
         acl_categories: c"write sortedset fast",
-        summary: c"Adds a job to a schedule at now plus the policy's delay for its attempt count.",
-        complexity: c"O(log(N)) with N the number of jobs in the schedule.",
+        summary: c"Adds a job to a schedule at now plus the policy's delay for its attempt count, or dead-letters it after its last attempt.",
+        complexity: c"O(log(N)) with N the number of jobs in the schedule (and the dead set).",
         tips: Some(c"nondeterministic_output"),
     },
     Command {
@@ -60,11 +73,11 @@ const COMMANDS: &[Command] = &[
         arity: -3,
         keys: &[
             KeyDoc {
-                position: 1,
+                at: KeyAt::Index(1),
                 flags: K::READ_WRITE.union(K::ACCESS).union(K::DELETE),
             },
             KeyDoc {
-                position: 2,
+                at: KeyAt::Index(2),
                 flags: K::READ_WRITE.union(K::INSERT),
             },
         ],
@@ -91,7 +104,7 @@ const COMMANDS: &[Command] = &[
         arity: 5,
         // counts only, never the members: RO without ACCESS, as ZCOUNT
         keys: &[KeyDoc {
-            position: 1,
+            at: KeyAt::Index(1),
             flags: K::READ_ONLY,
         }],
         acl_categories: c"read sortedset slow",

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::policy::{Backoff, Policy, MAX_JITTER_LAYERS, MAX_MS};
+use crate::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
 
 /// Promote moves at most this many members when the call names no LIMIT.
 pub const DEFAULT_PROMOTE_LIMIT: u64 = 1000;
@@ -18,7 +18,8 @@ pub const MAX_SPREAD_BUCKETS: u64 = 10_000;
 pub enum ArgError {
     EmptyPolicy,
     UnknownPolicy(String),
-    MissingInnerPolicy,
+    /// The wrapper named last, as written in lower case.
+    MissingInnerPolicy(&'static str),
     MissingField(&'static str),
     ExtraField(&'static str),
     NotInteger(&'static str),
@@ -28,7 +29,13 @@ pub enum ArgError {
     Attempts,
     Limit,
     Syntax,
+    /// Two options ZADD itself refuses together, named as ZADD names them.
+    Conflict(&'static str),
+    MaxAttempts,
+    /// `MAXATTEMPTS` without `DEAD`, or the reverse: both or neither.
+    DeadNeedsBoth,
     SameKey,
+    DeadIsSchedule,
     SpreadBound(&'static str),
     SpreadEmptyRange,
     Buckets,
@@ -41,9 +48,11 @@ impl fmt::Display for ArgError {
             EmptyPolicy => write!(f, "ERR invalid policy: empty"),
             UnknownPolicy(name) => write!(
                 f,
-                "ERR invalid policy: unknown policy name '{name}' (expected fixed, exponential or jitter)"
+                "ERR invalid policy: unknown policy name '{name}' (expected fixed, exponential, jitter or equal-jitter)"
             ),
-            MissingInnerPolicy => write!(f, "ERR invalid policy: 'jitter' needs an inner policy"),
+            MissingInnerPolicy(wrapper) => {
+                write!(f, "ERR invalid policy: '{wrapper}' needs an inner policy")
+            }
             MissingField(form) => write!(f, "ERR invalid policy: missing field, expected {form}"),
             ExtraField(form) => write!(f, "ERR invalid policy: extra field, expected {form}"),
             NotInteger(field) => write!(
@@ -57,7 +66,7 @@ impl fmt::Display for ArgError {
             MaxLessThanBase => write!(f, "ERR invalid policy: max is less than base"),
             TooDeep => write!(
                 f,
-                "ERR invalid policy: too deeply nested (at most {MAX_JITTER_LAYERS} jitter layers)"
+                "ERR invalid policy: too deeply nested (at most {MAX_JITTER_LAYERS} jitter and equal-jitter layers)"
             ),
             Attempts => write!(
                 f,
@@ -70,7 +79,21 @@ impl fmt::Display for ArgError {
                 i64::MAX
             ),
             Syntax => write!(f, "ERR syntax error"),
+            Conflict(which) => write!(
+                f,
+                "ERR syntax error: {which} options at the same time are not compatible"
+            ),
+            MaxAttempts => write!(
+                f,
+                "ERR MAXATTEMPTS is not an integer or out of range (1..={})",
+                i64::MAX
+            ),
+            DeadNeedsBoth => write!(
+                f,
+                "ERR syntax error: MAXATTEMPTS and DEAD must be given together"
+            ),
             SameKey => write!(f, "ERR schedule and pending must be different keys"),
+            DeadIsSchedule => write!(f, "ERR schedule and dead must be different keys"),
             SpreadBound(name) => write!(f, "ERR {name} is not an integer or out of range"),
             SpreadEmptyRange => write!(f, "ERR end_ms must be greater than start_ms"),
             Buckets => write!(
@@ -150,25 +173,41 @@ fn quoted(bytes: &[u8]) -> String {
     out
 }
 
-/// Parses a policy string: `fixed:<ms>`, `exponential:<base>:<max>`, or
-/// `jitter:<policy>` nested at most `MAX_JITTER_LAYERS` deep. Names are
-/// case-insensitive.
+/// Parses a policy string: `fixed:<ms>`, `exponential:<base>:<max>`, or a
+/// backoff wrapped in `jitter:` and `equal-jitter:` layers, at most
+/// `MAX_JITTER_LAYERS` of them in all. Names are case-insensitive.
 pub fn parse_policy(input: &[u8]) -> Result<Policy, ArgError> {
     const FIXED: &str = "fixed:<ms>";
     const EXPONENTIAL: &str = "exponential:<base>:<max>";
     let mut fields = input.split(|&b| b == b':');
-    let mut jitter_layers = 0u8;
+    // Outermost first, as written; applied innermost first.
+    let mut layers = [Jitter::Full; MAX_JITTER_LAYERS as usize];
+    let mut depth = 0usize;
     loop {
         let name = match fields.next() {
             Some(name) if !name.is_empty() => name,
-            _ if jitter_layers > 0 => return Err(ArgError::MissingInnerPolicy),
+            _ if depth > 0 => {
+                let wrapper = match layers.get(depth - 1) {
+                    Some(Jitter::Equal) => "equal-jitter",
+                    _ => "jitter",
+                };
+                return Err(ArgError::MissingInnerPolicy(wrapper));
+            }
             _ => return Err(ArgError::EmptyPolicy),
         };
-        if name.eq_ignore_ascii_case(b"jitter") {
-            if jitter_layers == MAX_JITTER_LAYERS {
-                return Err(ArgError::TooDeep);
-            }
-            jitter_layers += 1;
+        let layer = if name.eq_ignore_ascii_case(b"jitter") {
+            Some(Jitter::Full)
+        } else if name.eq_ignore_ascii_case(b"equal-jitter") {
+            Some(Jitter::Equal)
+        } else {
+            None
+        };
+        if let Some(layer) = layer {
+            // Refused at the 9th prefix, before reading on: a policy of a
+            // million prefixes costs no more than one of nine.
+            let slot = layers.get_mut(depth).ok_or(ArgError::TooDeep)?;
+            *slot = layer;
+            depth += 1;
             continue;
         }
         let backoff = if name.eq_ignore_ascii_case(b"fixed") {
@@ -194,10 +233,11 @@ pub fn parse_policy(input: &[u8]) -> Result<Policy, ArgError> {
         } else {
             return Err(ArgError::UnknownPolicy(quoted(name)));
         };
-        return Ok(Policy {
-            backoff,
-            jitter_layers,
-        });
+        let jitters = layers
+            .get(..depth)
+            .and_then(Jitters::from_outermost)
+            .ok_or(ArgError::TooDeep)?;
+        return Ok(Policy { backoff, jitters });
     }
 }
 
@@ -214,6 +254,151 @@ pub fn parse_delay_request(policy: &[u8], attempts: &[u8]) -> Result<DelayReques
         .filter(|&a| a >= 1)
         .ok_or(ArgError::Attempts)?;
     Ok(DelayRequest { policy, attempts })
+}
+
+/// Whether ECHO.RETRY may add a new job or replace an existing one's score.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Presence {
+    /// Either (no option).
+    #[default]
+    Any,
+    /// `NX`: only a job not yet in the schedule.
+    New,
+    /// `XX`: only a job already in the schedule.
+    Existing,
+}
+
+/// When ECHO.RETRY may replace an existing job's score.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compare {
+    #[default]
+    Always,
+    /// `GT`: only by a later fire time.
+    Later,
+    /// `LT`: only by an earlier fire time.
+    Earlier,
+}
+
+/// `MAXATTEMPTS n DEAD dead`: where a job goes once it has failed `n` times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub max_attempts: u64,
+    /// The position of the `dead` key among the options, so the handler can
+    /// open the very argument the server routed by.
+    pub key_index: usize,
+}
+
+/// ECHO.RETRY's options after `attempts`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetryOptions {
+    pub presence: Presence,
+    pub compare: Compare,
+    pub dead_letter: Option<DeadLetter>,
+}
+
+/// ECHO.RETRY in full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryRequest {
+    pub delay: DelayRequest,
+    pub options: RetryOptions,
+}
+
+impl RetryRequest {
+    /// Whether this call dead-letters instead of scheduling.
+    pub fn dies(&self) -> bool {
+        self.options
+            .dead_letter
+            .is_some_and(|dead| self.delay.attempts >= dead.max_attempts)
+    }
+}
+
+/// Parses ECHO.RETRY's arguments after the command name: policy, attempts and
+/// options are checked in that order, then that `dead` is not `schedule`.
+pub fn parse_retry_request(
+    schedule: &[u8],
+    policy: &[u8],
+    attempts: &[u8],
+    options: &[&[u8]],
+) -> Result<RetryRequest, ArgError> {
+    let delay = parse_delay_request(policy, attempts)?;
+    let parsed = parse_retry_options(options)?;
+    if let Some(dead) = parsed.dead_letter {
+        if options.get(dead.key_index).copied() == Some(schedule) {
+            return Err(ArgError::DeadIsSchedule);
+        }
+    }
+    Ok(RetryRequest {
+        delay,
+        options: parsed,
+    })
+}
+
+/// `[NX | XX] [GT | LT] [MAXATTEMPTS n DEAD dead]` in any order, keywords in
+/// any case, each at most once. The exclusions are ZADD's: `NX` with any of
+/// `XX`, `GT`, `LT`, and `GT` with `LT`.
+pub fn parse_retry_options(options: &[&[u8]]) -> Result<RetryOptions, ArgError> {
+    let mut parsed = RetryOptions::default();
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    let mut max_attempts = None;
+    let mut dead_key_index = None;
+    let mut i = 0;
+    while let Some(&word) = options.get(i) {
+        let flag = if word.eq_ignore_ascii_case(b"NX") {
+            Some(&mut nx)
+        } else if word.eq_ignore_ascii_case(b"XX") {
+            Some(&mut xx)
+        } else if word.eq_ignore_ascii_case(b"GT") {
+            Some(&mut gt)
+        } else if word.eq_ignore_ascii_case(b"LT") {
+            Some(&mut lt)
+        } else {
+            None
+        };
+        if let Some(flag) = flag {
+            if std::mem::replace(flag, true) {
+                return Err(ArgError::Syntax);
+            }
+            i += 1;
+            continue;
+        }
+        let value = options.get(i + 1).ok_or(ArgError::Syntax)?;
+        if word.eq_ignore_ascii_case(b"MAXATTEMPTS") && max_attempts.is_none() {
+            let n = canonical_u64(value, i64::MAX as u64)
+                .filter(|&n| n >= 1)
+                .ok_or(ArgError::MaxAttempts)?;
+            max_attempts = Some(n);
+        } else if word.eq_ignore_ascii_case(b"DEAD") && dead_key_index.is_none() {
+            dead_key_index = Some(i + 1);
+        } else {
+            return Err(ArgError::Syntax);
+        }
+        i += 2;
+    }
+    if nx && xx {
+        return Err(ArgError::Conflict("XX and NX"));
+    }
+    if (nx && (gt || lt)) || (gt && lt) {
+        return Err(ArgError::Conflict("GT, LT, and/or NX"));
+    }
+    parsed.presence = match (nx, xx) {
+        (true, _) => Presence::New,
+        (_, true) => Presence::Existing,
+        _ => Presence::Any,
+    };
+    parsed.compare = match (gt, lt) {
+        (true, _) => Compare::Later,
+        (_, true) => Compare::Earlier,
+        _ => Compare::Always,
+    };
+    parsed.dead_letter = match (max_attempts, dead_key_index) {
+        (Some(max_attempts), Some(key_index)) => Some(DeadLetter {
+            max_attempts,
+            key_index,
+        }),
+        (None, None) => None,
+        _ => return Err(ArgError::DeadNeedsBoth),
+    };
+    Ok(parsed)
 }
 
 /// ECHO.PROMOTE's keys and options: two distinct keys, then nothing or
@@ -302,16 +487,19 @@ pub fn parse_spread_request(
 mod tests {
     use super::*;
 
+    fn full(n: u8) -> Jitters {
+        Jitters::from_outermost(&vec![Jitter::Full; usize::from(n)]).unwrap()
+    }
     fn fixed(delay_ms: u64, jitter_layers: u8) -> Policy {
         Policy {
             backoff: Backoff::Fixed { delay_ms },
-            jitter_layers,
+            jitters: full(jitter_layers),
         }
     }
     fn exp(base_ms: u64, max_ms: u64, jitter_layers: u8) -> Policy {
         Policy {
             backoff: Backoff::Exponential { base_ms, max_ms },
-            jitter_layers,
+            jitters: full(jitter_layers),
         }
     }
 
@@ -377,8 +565,8 @@ mod tests {
         let bad: &[(&str, ArgError)] = &[
             ("", EmptyPolicy),
             (":", EmptyPolicy),
-            ("jitter", MissingInnerPolicy),
-            ("jitter:", MissingInnerPolicy),
+            ("jitter", MissingInnerPolicy("jitter")),
+            ("jitter:", MissingInnerPolicy("jitter")),
             ("nope:1", UnknownPolicy("nope".into())),
             ("fixed", MissingField("fixed:<ms>")),
             ("fixed:", NotInteger("ms")),
@@ -479,6 +667,162 @@ mod tests {
     }
 
     #[test]
+    fn equal_jitter_policies() {
+        let eq = |layers: &[Jitter]| Jitters::from_outermost(layers).unwrap();
+        for (s, want) in [
+            ("equal-jitter:fixed:10", eq(&[Jitter::Equal])),
+            ("EQUAL-JITTER:fixed:10", eq(&[Jitter::Equal])),
+            ("jitter:equal-jitter:fixed:10", eq(&[Jitter::Full, Jitter::Equal])),
+            ("Equal-Jitter:JITTER:fixed:10", eq(&[Jitter::Equal, Jitter::Full])),
+            (
+                "equal-jitter:jitter:equal-jitter:jitter:equal-jitter:jitter:equal-jitter:jitter:fixed:10",
+                eq(&[Jitter::Equal, Jitter::Full].repeat(4)),
+            ),
+        ] {
+            let policy = parse_policy(s.as_bytes()).unwrap();
+            assert_eq!(policy.jitters, want, "{s}");
+            assert_eq!(policy.backoff, Backoff::Fixed { delay_ms: 10 });
+        }
+        use ArgError::*;
+        for (s, want) in [
+            ("equal-jitter", MissingInnerPolicy("equal-jitter")),
+            ("equal-jitter:", MissingInnerPolicy("equal-jitter")),
+            ("equal-jitter:jitter:", MissingInnerPolicy("jitter")),
+            ("jitter:equal-jitter", MissingInnerPolicy("equal-jitter")),
+            ("equal:fixed:1", UnknownPolicy("equal".into())),
+            ("equaljitter:fixed:1", UnknownPolicy("equaljitter".into())),
+            ("equal_jitter:fixed:1", UnknownPolicy("equal_jitter".into())),
+            ("equal-jitter:nope:1", UnknownPolicy("nope".into())),
+            (
+                "equal-jitter:jitter:equal-jitter:jitter:equal-jitter:jitter:equal-jitter:jitter:equal-jitter:fixed:1",
+                TooDeep,
+            ),
+        ] {
+            assert_eq!(parse_policy(s.as_bytes()), Err(want), "{s}");
+        }
+        let nine = format!("{}fixed:1", "equal-jitter:".repeat(9));
+        assert_eq!(parse_policy(nine.as_bytes()), Err(TooDeep));
+    }
+
+    fn options(call: &str) -> Result<RetryOptions, ArgError> {
+        let words: Vec<&[u8]> = call.split_whitespace().map(str::as_bytes).collect();
+        parse_retry_options(&words)
+    }
+
+    #[test]
+    fn retry_options_table() {
+        let dead = |max_attempts, key_index| {
+            Some(DeadLetter {
+                max_attempts,
+                key_index,
+            })
+        };
+        let ok = |presence, compare, dead_letter| {
+            Ok(RetryOptions {
+                presence,
+                compare,
+                dead_letter,
+            })
+        };
+        use Compare::*;
+        use Presence::*;
+        for (call, want) in [
+            ("", ok(Any, Always, None)),
+            ("NX", ok(New, Always, None)),
+            ("xx", ok(Existing, Always, None)),
+            ("Gt", ok(Any, Later, None)),
+            ("lT", ok(Any, Earlier, None)),
+            ("XX GT", ok(Existing, Later, None)),
+            ("LT XX", ok(Existing, Earlier, None)),
+            ("MAXATTEMPTS 5 DEAD d", ok(Any, Always, dead(5, 3))),
+            ("dead d maxattempts 5", ok(Any, Always, dead(5, 1))),
+            ("DEAD d NX MAXATTEMPTS 1", ok(New, Always, dead(1, 1))),
+            (
+                "GT MAXATTEMPTS 9223372036854775807 XX DEAD NX",
+                ok(Existing, Later, dead(i64::MAX as u64, 5)),
+            ),
+            // the dead key may be spelled like a keyword
+            ("DEAD DEAD MAXATTEMPTS 2", ok(Any, Always, dead(2, 1))),
+            (
+                "MAXATTEMPTS 2 DEAD MAXATTEMPTS",
+                ok(Any, Always, dead(2, 3)),
+            ),
+        ] {
+            assert_eq!(options(call), want, "{call:?}");
+        }
+        use ArgError::*;
+        for (call, want) in [
+            ("NX NX", Syntax),
+            ("gt GT", Syntax),
+            ("FOO", Syntax),
+            ("FOO bar", Syntax),
+            ("NX 1", Syntax),
+            ("MAXATTEMPTS", Syntax),
+            ("DEAD", Syntax),
+            ("MAXATTEMPTS 3 DEAD", Syntax),
+            ("MAXATTEMPTS 3 MAXATTEMPTS 3 DEAD d", Syntax),
+            ("MAXATTEMPTS 3 DEAD d DEAD e", Syntax),
+            ("MAXATTEMPTS 3", DeadNeedsBoth),
+            ("DEAD d", DeadNeedsBoth),
+            ("NX DEAD d", DeadNeedsBoth),
+            ("MAXATTEMPTS 0 DEAD d", MaxAttempts),
+            ("MAXATTEMPTS -1 DEAD d", MaxAttempts),
+            ("MAXATTEMPTS 01 DEAD d", MaxAttempts),
+            ("MAXATTEMPTS 1.5 DEAD d", MaxAttempts),
+            ("MAXATTEMPTS 9223372036854775808 DEAD d", MaxAttempts),
+            ("MAXATTEMPTS x DEAD d", MaxAttempts),
+            ("NX XX", Conflict("XX and NX")),
+            ("XX NX GT", Conflict("XX and NX")),
+            ("NX GT", Conflict("GT, LT, and/or NX")),
+            ("LT NX", Conflict("GT, LT, and/or NX")),
+            ("GT LT", Conflict("GT, LT, and/or NX")),
+            ("XX GT LT", Conflict("GT, LT, and/or NX")),
+        ] {
+            assert_eq!(options(call), Err(want), "{call:?}");
+        }
+    }
+
+    #[test]
+    fn retry_requests_check_policy_then_attempts_then_options_then_keys() {
+        let req = |schedule: &str, policy: &str, attempts: &str, opts: &str| {
+            let words: Vec<&[u8]> = opts.split_whitespace().map(str::as_bytes).collect();
+            parse_retry_request(
+                schedule.as_bytes(),
+                policy.as_bytes(),
+                attempts.as_bytes(),
+                &words,
+            )
+        };
+        assert_eq!(
+            req("s", "x", "0", "NX XX"),
+            Err(ArgError::UnknownPolicy("x".into()))
+        );
+        assert_eq!(req("s", "fixed:1", "0", "NX XX"), Err(ArgError::Attempts));
+        assert_eq!(
+            req("s", "fixed:1", "1", "NX XX DEAD s MAXATTEMPTS 1"),
+            Err(ArgError::Conflict("XX and NX"))
+        );
+        assert_eq!(
+            req("s", "fixed:1", "1", "DEAD s MAXATTEMPTS 1"),
+            Err(ArgError::DeadIsSchedule)
+        );
+        // keys are binary: a different case is a different key
+        let r = req("s", "fixed:1", "3", "DEAD S MAXATTEMPTS 3").unwrap();
+        assert!(r.dies());
+        let r = req("s", "fixed:1", "2", "DEAD d MAXATTEMPTS 3").unwrap();
+        assert!(!r.dies());
+        assert!(!req("s", "fixed:1", "9", "").unwrap().dies());
+        for e in [
+            ArgError::Conflict("XX and NX"),
+            ArgError::DeadNeedsBoth,
+            ArgError::MaxAttempts,
+            ArgError::DeadIsSchedule,
+        ] {
+            assert!(e.to_string().starts_with("ERR "), "{e}");
+        }
+    }
+
+    #[test]
     fn spread_edges_round_up_to_doubles() {
         let two53 = 1i64 << 53;
         for (edge, want) in [
@@ -547,43 +891,43 @@ mod properties {
                 max_ms: a.max(b),
             }),
         ];
-        (backoff, 0..=MAX_JITTER_LAYERS, any::<u64>()).prop_map(
-            |(backoff, jitter_layers, case_bits)| {
-                let mut bit = 0u32;
-                let mut cased = |name: &str| -> String {
-                    name.chars()
-                        .map(|c| {
-                            bit = (bit + 1) % 64;
-                            if case_bits >> bit & 1 == 1 {
-                                c.to_ascii_uppercase()
-                            } else {
-                                c
-                            }
-                        })
-                        .collect()
-                };
-                let mut text = String::new();
-                for _ in 0..jitter_layers {
-                    text.push_str(&cased("jitter"));
-                    text.push(':');
+        let layers = proptest::collection::vec(
+            prop_oneof![Just(Jitter::Full), Just(Jitter::Equal)],
+            0..=usize::from(MAX_JITTER_LAYERS),
+        );
+        (backoff, layers, any::<u64>()).prop_map(|(backoff, layers, case_bits)| {
+            let mut bit = 0u32;
+            let mut cased = |name: &str| -> String {
+                name.chars()
+                    .map(|c| {
+                        bit = (bit + 1) % 64;
+                        if case_bits >> bit & 1 == 1 {
+                            c.to_ascii_uppercase()
+                        } else {
+                            c
+                        }
+                    })
+                    .collect()
+            };
+            let mut text = String::new();
+            for layer in &layers {
+                text.push_str(&cased(match layer {
+                    Jitter::Full => "jitter",
+                    Jitter::Equal => "equal-jitter",
+                }));
+                text.push(':');
+            }
+            match backoff {
+                Backoff::Fixed { delay_ms } => {
+                    text.push_str(&format!("{}:{delay_ms}", cased("fixed")))
                 }
-                match backoff {
-                    Backoff::Fixed { delay_ms } => {
-                        text.push_str(&format!("{}:{delay_ms}", cased("fixed")))
-                    }
-                    Backoff::Exponential { base_ms, max_ms } => {
-                        text.push_str(&format!("{}:{base_ms}:{max_ms}", cased("exponential")))
-                    }
+                Backoff::Exponential { base_ms, max_ms } => {
+                    text.push_str(&format!("{}:{base_ms}:{max_ms}", cased("exponential")))
                 }
-                (
-                    text,
-                    Policy {
-                        backoff,
-                        jitter_layers,
-                    },
-                )
-            },
-        )
+            }
+            let jitters = Jitters::from_outermost(&layers).unwrap();
+            (text, Policy { backoff, jitters })
+        })
     }
 
     /// The contract's formula, computed independently in 128 bits.
@@ -612,11 +956,13 @@ mod properties {
             let _ = parse_delay_request(&bytes, &bytes);
             let _ = parse_promote_limit(&[b"LIMIT", &bytes]);
             let _ = parse_promote_limit(&[&bytes]);
+            let _ = parse_retry_options(&[&bytes]);
+            let _ = parse_retry_options(&[b"MAXATTEMPTS", &bytes, b"DEAD", &bytes]);
             let _ = parse_spread_request(&bytes, &bytes, &bytes);
         }
 
         #[test]
-        fn policy_shaped_noise_never_panics(text in "(?i)(jitter:){0,10}(fixed|exponential|jitter|x)?(:[0-9+\\-. e]{0,22}){0,3}") {
+        fn policy_shaped_noise_never_panics(text in "(?i)((equal-)?jitter:){0,10}(fixed|exponential|jitter|equal-jitter|x)?(:[0-9+\\-. e]{0,22}){0,3}") {
             if let Err(e) = parse_policy(text.as_bytes()) {
                 prop_assert!(e.to_string().starts_with("ERR invalid policy: "));
             }
@@ -647,9 +993,80 @@ mod properties {
             use rand::SeedableRng;
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             let bound = policy.backoff.delay_ms(attempts);
+            let (low, high) = policy.bounds_ms(attempts);
+            prop_assert_eq!(high, bound);
             let d = policy.delay_ms_with_rng(attempts, &mut rng);
-            prop_assert!(d <= bound);
+            prop_assert!(low <= d && d <= high, "{} not in {}..={}", d, low, high);
             prop_assert!(d <= MAX_MS);
+            // the two extreme samplers reach the two ends
+            prop_assert_eq!(policy.delay_ms(attempts, |_| 0), low);
+            prop_assert_eq!(policy.delay_ms(attempts, |n| n), high);
+        }
+
+        #[test]
+        fn valid_option_sets_parse_in_any_order_and_case(
+            presence in 0u8..3,
+            compare in 0u8..3,
+            max_attempts in proptest::option::of(1..=i64::MAX as u64),
+            key in "[a-zA-Z{}:]{1,12}",
+            order in Just((0..4usize).collect::<Vec<_>>()).prop_shuffle(),
+            case_bits in any::<u64>(),
+        ) {
+            // NX excludes GT and LT
+            let compare = if presence == 1 { 0 } else { compare };
+            let mut groups: Vec<Vec<String>> = vec![Vec::new(); 4];
+            let mut bit = 0;
+            let mut cased = |w: &str| -> String {
+                bit += 1;
+                if case_bits >> (bit % 64) & 1 == 1 { w.to_ascii_lowercase() } else { w.to_string() }
+            };
+            match presence { 1 => groups[0].push(cased("NX")), 2 => groups[0].push(cased("XX")), _ => {} }
+            match compare { 1 => groups[1].push(cased("GT")), 2 => groups[1].push(cased("LT")), _ => {} }
+            if let Some(n) = max_attempts {
+                groups[2] = vec![cased("MAXATTEMPTS"), n.to_string()];
+                groups[3] = vec![cased("DEAD"), key.clone()];
+            }
+            let words: Vec<String> = order.iter().flat_map(|&g| groups[g].clone()).collect();
+            let bytes: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            let parsed = parse_retry_options(&bytes);
+            prop_assert!(parsed.is_ok(), "{:?}: {:?}", words, parsed);
+            let parsed = parsed.unwrap();
+            prop_assert_eq!(parsed.presence, [Presence::Any, Presence::New, Presence::Existing][usize::from(presence)]);
+            prop_assert_eq!(parsed.compare, [Compare::Always, Compare::Later, Compare::Earlier][usize::from(compare)]);
+            prop_assert_eq!(parsed.dead_letter.map(|d| d.max_attempts), max_attempts);
+            if let Some(d) = parsed.dead_letter {
+                prop_assert_eq!(bytes[d.key_index], key.as_bytes());
+            }
+        }
+
+        #[test]
+        fn option_noise_is_parsed_or_refused_never_panics(
+            words in proptest::collection::vec(
+                prop_oneof![
+                    Just("NX".to_string()), Just("xx".to_string()), Just("GT".to_string()),
+                    Just("lt".to_string()), Just("MAXATTEMPTS".to_string()), Just("dead".to_string()),
+                    "[0-9]{1,3}", "-?[0-9.]{0,21}", "[a-z]{0,4}", Just(String::new()),
+                ],
+                0..8,
+            ),
+        ) {
+            let bytes: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            match parse_retry_options(&bytes) {
+                Err(e) => prop_assert!(e.to_string().starts_with("ERR "), "{}", e),
+                Ok(parsed) => {
+                    // every word consumed: one per flag, two per MAXATTEMPTS or DEAD
+                    let flags = usize::from(parsed.presence != Presence::Any)
+                        + usize::from(parsed.compare != Compare::Always);
+                    let pairs = if parsed.dead_letter.is_some() { 4 } else { 0 };
+                    prop_assert_eq!(bytes.len(), flags + pairs, "{:?}", words);
+                    prop_assert!(!(parsed.presence == Presence::New && parsed.compare != Compare::Always));
+                    if let Some(d) = parsed.dead_letter {
+                        prop_assert!(bytes[d.key_index - 1].eq_ignore_ascii_case(b"DEAD"));
+                        prop_assert!(d.max_attempts >= 1);
+                    }
+                }
+            }
+            let _ = parse_retry_request(b"s", b"fixed:1", b"1", &bytes);
         }
 
         #[test]

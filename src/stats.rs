@@ -12,6 +12,7 @@ static RETRIES: AtomicU64 = AtomicU64::new(0);
 static RETRIES_JITTERED: AtomicU64 = AtomicU64::new(0);
 static PROMOTE_CALLS: AtomicU64 = AtomicU64::new(0);
 static PROMOTED: AtomicU64 = AtomicU64::new(0);
+static DEAD_LETTERED: AtomicU64 = AtomicU64::new(0);
 static ERRORS: AtomicU64 = AtomicU64::new(0);
 
 pub fn retried(jittered: bool) {
@@ -19,6 +20,10 @@ pub fn retried(jittered: bool) {
     if jittered {
         RETRIES_JITTERED.fetch_add(1, Relaxed);
     }
+}
+
+pub fn dead_lettered() {
+    DEAD_LETTERED.fetch_add(1, Relaxed);
 }
 
 pub fn promoted(moved: u64) {
@@ -35,6 +40,7 @@ pub fn reset() {
         &RETRIES_JITTERED,
         &PROMOTE_CALLS,
         &PROMOTED,
+        &DEAD_LETTERED,
         &ERRORS,
     ] {
         counter.store(0, Relaxed);
@@ -59,6 +65,7 @@ pub extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: std::os:
         ("retries_jittered", &RETRIES_JITTERED),
         ("promote_calls", &PROMOTE_CALLS),
         ("promoted", &PROMOTED),
+        ("dead_lettered", &DEAD_LETTERED),
         ("errors", &ERRORS),
     ] {
         raw::add_info_field_unsigned_long_long(ctx, name, counter.load(Relaxed));

@@ -26,6 +26,8 @@ fn seed(con: &mut Connection) {
 #[test]
 fn malformed_calls_are_refused_and_write_nothing() {
     let nine_jitters = format!("{}fixed:1", "jitter:".repeat(9));
+    let nine_mixed = format!("{}jitter:fixed:1", "equal-jitter:jitter:".repeat(4));
+    let nine_equal = format!("{}fixed:1", "equal-jitter:".repeat(9));
     let deep_policy = format!("{}fixed:1", "jitter:".repeat(100_000));
     let long_number = format!("fixed:{}", "9".repeat(1_000_000));
     let long_name = "x".repeat(1_000_000);
@@ -44,7 +46,10 @@ fn malformed_calls_are_refused_and_write_nothing() {
         // ECHO.RETRY: arity
         (words("ECHO.RETRY"), wrong_arity),
         (words("ECHO.RETRY s job fixed:1"), wrong_arity),
-        (words("ECHO.RETRY s job fixed:1 1 extra"), wrong_arity),
+        (
+            words("ECHO.RETRY s job fixed:1 1 extra"),
+            "ERR syntax error",
+        ),
         // policies: empty, missing, extra and empty fields
         (r("", "1"), "ERR invalid policy: empty"),
         (r(":", "1"), "ERR invalid policy: empty"),
@@ -147,6 +152,193 @@ fn malformed_calls_are_refused_and_write_nothing() {
         (words("ECHO.RETRY list job fixed:1 1"), "WRONGTYPE"),
         (words("ECHO.RETRY hash job fixed:1 1"), "WRONGTYPE"),
         (words("ECHO.RETRY stream job fixed:1 1"), "WRONGTYPE"),
+        // ECHO.RETRY options: unknown, repeated, incomplete
+        (
+            words("ECHO.RETRY s job fixed:1 1 NX NX"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 xx XX"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 GT gt"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 LT LT"),
+            "ERR syntax error",
+        ),
+        (words("ECHO.RETRY s job fixed:1 1 CH"), "ERR syntax error"),
+        (words("ECHO.RETRY s job fixed:1 1 INCR"), "ERR syntax error"),
+        (words("ECHO.RETRY s job fixed:1 1 NX 5"), "ERR syntax error"),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS"),
+            "ERR syntax error",
+        ),
+        (words("ECHO.RETRY s job fixed:1 1 DEAD"), "ERR syntax error"),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 3 DEAD"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 3 DEAD d DEAD e"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 3 MAXATTEMPTS 3 DEAD d"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 3 DEAD d extra"),
+            "ERR syntax error",
+        ),
+        // MAXATTEMPTS and DEAD: both or neither
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 3"),
+            "ERR syntax error: MAXATTEMPTS and DEAD must be given together",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 DEAD d"),
+            "ERR syntax error: MAXATTEMPTS and DEAD",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 9 NX DEAD d"),
+            "ERR syntax error: MAXATTEMPTS and DEAD",
+        ),
+        // MAXATTEMPTS n: canonical 1..=i64::MAX
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 0 DEAD d"),
+            "ERR MAXATTEMPTS is not an integer or out of range",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS -1 DEAD d"),
+            "ERR MAXATTEMPTS",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 03 DEAD d"),
+            "ERR MAXATTEMPTS",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS +3 DEAD d"),
+            "ERR MAXATTEMPTS",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 3.0 DEAD d"),
+            "ERR MAXATTEMPTS",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 1e3 DEAD d"),
+            "ERR MAXATTEMPTS",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 9223372036854775808 DEAD d"),
+            "ERR MAXATTEMPTS",
+        ),
+        (
+            raw(&[
+                b"ECHO.RETRY",
+                b"s",
+                b"job",
+                b"fixed:1",
+                b"1",
+                b"MAXATTEMPTS",
+                b"",
+                b"DEAD",
+                b"d",
+            ]),
+            "ERR MAXATTEMPTS",
+        ),
+        // ZADD's own exclusions
+        (
+            words("ECHO.RETRY s job fixed:1 1 NX XX"),
+            "ERR syntax error: XX and NX options at the same time are not compatible",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 xx nx"),
+            "ERR syntax error: XX and NX",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 NX GT"),
+            "ERR syntax error: GT, LT, and/or NX options at the same time are not compatible",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 LT NX"),
+            "ERR syntax error: GT, LT, and/or NX",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 GT LT"),
+            "ERR syntax error: GT, LT, and/or NX",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 XX GT LT"),
+            "ERR syntax error: GT, LT, and/or NX",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 NX XX MAXATTEMPTS 1 DEAD d"),
+            "ERR syntax error: XX and NX",
+        ),
+        // the dead key: not the schedule, a sorted set (also when not dying)
+        (
+            words("ECHO.RETRY s job fixed:1 1 MAXATTEMPTS 3 DEAD s"),
+            "ERR schedule and dead must be different keys",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 5 DEAD s MAXATTEMPTS 3"),
+            "ERR schedule and dead must be different keys",
+        ),
+        (
+            words("ECHO.RETRY s due fixed:1 1 MAXATTEMPTS 3 DEAD str"),
+            "WRONGTYPE",
+        ),
+        (
+            words("ECHO.RETRY s due fixed:1 3 MAXATTEMPTS 3 DEAD list"),
+            "WRONGTYPE",
+        ),
+        (
+            words("ECHO.RETRY s new fixed:1 1 MAXATTEMPTS 1 DEAD stream"),
+            "WRONGTYPE",
+        ),
+        (
+            words("ECHO.RETRY str due fixed:1 3 MAXATTEMPTS 3 DEAD zset"),
+            "WRONGTYPE",
+        ),
+        // options are judged after the policy and attempts
+        (
+            words("ECHO.RETRY s job bogus 1 NX XX"),
+            "ERR invalid policy",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 0 MAXATTEMPTS 0 DEAD d"),
+            "ERR attempts",
+        ),
+        // equal jitter: names, nesting, depth
+        (
+            r("equal-jitter", "1"),
+            "ERR invalid policy: 'equal-jitter' needs an inner policy",
+        ),
+        (
+            r("equal-jitter:", "1"),
+            "ERR invalid policy: 'equal-jitter' needs",
+        ),
+        (
+            r("equal:fixed:1", "1"),
+            "ERR invalid policy: unknown policy name 'equal'",
+        ),
+        (
+            r("equal_jitter:fixed:1", "1"),
+            "ERR invalid policy: unknown policy name",
+        ),
+        (
+            r("equal-jitter:nope:1", "1"),
+            "ERR invalid policy: unknown policy name 'nope'",
+        ),
+        (r(&nine_mixed, "1"), "ERR invalid policy: too deeply nested"),
+        (r(&nine_equal, "1"), "ERR invalid policy: too deeply nested"),
+        (
+            words("ECHO.DELAY equal-jitter:fixed:-1 1"),
+            "ERR invalid policy: ms is not",
+        ),
         // ECHO.PROMOTE: arity and LIMIT forms
         (words("ECHO.PROMOTE"), wrong_arity),
         (words("ECHO.PROMOTE s"), wrong_arity),
@@ -195,7 +387,7 @@ fn malformed_calls_are_refused_and_write_nothing() {
         (words("ECHO.SPREAD s 0 9223372036854775808 1"), "ERR end_ms"),
         (words("ECHO.SPREAD str 0 10 1"), "WRONGTYPE"),
     ];
-    assert!(cases.len() >= 40, "{} cases", cases.len());
+    assert!(cases.len() >= 120, "{} cases", cases.len());
 
     let server = Server::start();
     let mut con = server.conn();

@@ -432,7 +432,7 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
             _ => panic!("{c:?}"),
         })
         .collect();
-    assert_eq!(arities, [5, -3, 3, 5]);
+    assert_eq!(arities, [-5, -3, 3, 5]);
     let text = format!("{commands:?}").to_lowercase();
     // promote: the schedule is read, written and deleted from; pending inserted into
     for flag in [

@@ -321,6 +321,7 @@ struct Counters {
     retries_jittered: u64,
     promote_calls: u64,
     promoted: u64,
+    dead_lettered: u64,
     errors: u64,
 }
 
@@ -340,6 +341,7 @@ fn counters(con: &mut Connection) -> Counters {
         retries_jittered: field("echomq_retries_jittered"),
         promote_calls: field("echomq_promote_calls"),
         promoted: field("echomq_promoted"),
+        dead_lettered: field("echomq_dead_lettered"),
         errors: field("echomq_errors"),
     }
 }
@@ -387,6 +389,43 @@ fn info_counters_move_exactly_with_the_work_done() {
     want.retries_jittered += 4;
     assert_eq!(counters(&mut con), want);
 
+    // Options: a kept score and XX's -2 count as retries (equal jitter as
+    // jittered); a dead-lettered job counts as dead-lettered only.
+    let fire = retry(&mut con, "s", "j1", "fixed:1", 1);
+    let kept: i64 = q!(
+        &mut con,
+        "ECHO.RETRY",
+        "s",
+        "j1",
+        "equal-jitter:fixed:5",
+        1,
+        "NX"
+    );
+    assert_eq!(kept, fire);
+    let absent: i64 = q!(&mut con, "ECHO.RETRY", "s", "nope", "fixed:5", 1, "XX");
+    assert_eq!(absent, -2);
+    want.retries += 3;
+    want.retries_jittered += 1;
+    assert_eq!(counters(&mut con), want);
+    for attempts in 1..=3 {
+        let _: i64 = q!(
+            &mut con,
+            "ECHO.RETRY",
+            "doomed",
+            "j",
+            "jitter:fixed:9",
+            attempts,
+            "MAXATTEMPTS",
+            3,
+            "DEAD",
+            "dead"
+        );
+    }
+    want.retries += 2;
+    want.retries_jittered += 2;
+    want.dead_lettered += 1;
+    assert_eq!(counters(&mut con), want);
+
     // Successful reads count nothing.
     let _: () = q!(&mut con, "ECHO.DELAY", "fixed:5", "1");
     let _: () = q!(&mut con, "ECHO.DELAY", "jitter:fixed:5", "1");
@@ -431,6 +470,19 @@ fn info_counters_move_exactly_with_the_work_done() {
         &["ECHO.RETRY", "s", "j", "fixed:1", "0"],
         &["ECHO.RETRY", "str", "j", "fixed:1", "1"],
         &["ECHO.RETRY", "str", "j", "jitter:fixed:1", "1"],
+        &["ECHO.RETRY", "s", "j", "fixed:1", "1", "extra"],
+        &["ECHO.RETRY", "s", "j", "fixed:1", "1", "NX", "XX"],
+        &[
+            "ECHO.RETRY",
+            "s",
+            "j",
+            "fixed:1",
+            "9",
+            "MAXATTEMPTS",
+            "3",
+            "DEAD",
+            "str",
+        ],
         &["ECHO.PROMOTE", "str", "p"],
         &["ECHO.PROMOTE", "due", "str"],
         &["ECHO.PROMOTE", "s", "s"],
@@ -453,7 +505,6 @@ fn info_counters_move_exactly_with_the_work_done() {
     // answers the standard arity error before the module runs: not counted.
     let arity: &[&[&str]] = &[
         &["ECHO.RETRY", "s", "j", "fixed:1"],
-        &["ECHO.RETRY", "s", "j", "fixed:1", "1", "extra"],
         &["ECHO.PROMOTE", "s"],
         &["ECHO.DELAY", "fixed:1"],
         &["ECHO.SPREAD", "s", "0", "10"],
@@ -528,11 +579,12 @@ fn info_counters_move_exactly_with_the_work_done() {
     assert_eq!(
         want,
         Counters {
-            retries: 18,
-            retries_jittered: 9,
+            retries: 23,
+            retries_jittered: 12,
             promote_calls: 9,
             promoted: 7,
-            errors: 17,
+            dead_lettered: 1,
+            errors: 20,
         }
     );
     // The server's own error statistics saw the same module errors.

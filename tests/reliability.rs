@@ -194,39 +194,6 @@ fn retries_inside_multi_and_eval_replicate_their_effects() {
     assert_eq!(digest(&mut p), digest(&mut r));
 }
 
-/// Keyspace events seen while `work` runs, with `prefix` cut from key names.
-fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection)) -> Vec<String> {
-    let mut con = server.conn();
-    // KEA plus n: new-key events too, so their order is compared as well.
-    let _: () = q!(&mut con, "CONFIG", "SET", "notify-keyspace-events", "KEAn");
-    let mut sub_con = server.conn();
-    sub_con
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut sub = sub_con.as_pubsub();
-    sub.psubscribe(format!("__keyspace@0__:{prefix}*")).unwrap();
-    sub.psubscribe("__keyevent@0__:*").unwrap();
-    sub.subscribe("done").unwrap();
-    work(&mut con);
-    let _: () = q!(&mut con, "PUBLISH", "done", 1);
-    let mut seen = Vec::new();
-    loop {
-        let msg = sub.get_message().unwrap();
-        if msg.get_channel_name() == "done" {
-            return seen;
-        }
-        let payload: String = msg.get_payload().unwrap();
-        if msg.get_channel_name().starts_with("__keyevent") && !payload.starts_with(prefix) {
-            continue;
-        }
-        seen.push(format!(
-            "{} {}",
-            msg.get_channel_name().replace(prefix, ""),
-            payload.replace(prefix, "")
-        ));
-    }
-}
-
 #[test]
 fn keyspace_notifications_match_the_native_commands() {
     let server = Server::start();

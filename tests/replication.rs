@@ -5,8 +5,9 @@ mod common;
 
 use common::*;
 
-/// A mixed workload: jittered and plain retries, some inside MULTI, and
-/// promotions with and without LIMIT.
+/// A mixed workload: jittered and plain retries, some inside MULTI, some
+/// conditional (NX, XX, GT, LT) and some dead-lettered, and promotions with
+/// and without LIMIT.
 fn mixed_workload(con: &mut Connection, rounds: usize) {
     let policies = [
         "jitter:exponential:1:50",
@@ -14,6 +15,18 @@ fn mixed_workload(con: &mut Connection, rounds: usize) {
         "jitter:fixed:20",
         "exponential:1:8",
         "jitter:jitter:fixed:30",
+        "equal-jitter:exponential:1:40",
+        "jitter:equal-jitter:fixed:25",
+    ];
+    let conditions: [&[&str]; 8] = [
+        &["NX"],
+        &["XX"],
+        &["GT"],
+        &["LT"],
+        &["XX", "GT"],
+        &["lt", "xx"],
+        &["MAXATTEMPTS", "4", "DEAD", "{q1}:dead"],
+        &["DEAD", "{q1}:dead", "GT", "maxattempts", "3"],
     ];
     for round in 0..rounds {
         let mut pipe = redis::pipe();
@@ -25,6 +38,23 @@ fn mixed_workload(con: &mut Connection, rounds: usize) {
             pipe.add_command(retry).ignore();
         }
         let _: () = pipe.query(con).expect("retries");
+        // Conditional and dead-lettering retries on {q1}: jobs reused across
+        // rounds, so every condition meets both present and missing jobs.
+        let mut pipe = redis::pipe();
+        for i in 0..12 {
+            let policy = policies[(round + i) % policies.len()];
+            let job = format!("job-{}", (round * 5 + i * 11) % 97);
+            let retry = cmd!(
+                "ECHO.RETRY",
+                "{q1}:s",
+                job,
+                policy,
+                1 + (round + i) % 5,
+                conditions[(round * 3 + i) % conditions.len()]
+            );
+            pipe.add_command(retry).ignore();
+        }
+        let _: () = pipe.query(con).expect("conditional retries");
         let mut multi = redis::pipe();
         multi.atomic();
         for i in 0..10 {
@@ -53,8 +83,15 @@ fn a_replica_without_the_module_ends_identical() {
     // SETINFO, unknown to Redis 7.0) can add errors that are not the stream's.
     let errors_before = info_field(&mut r, "stats", "total_error_replies");
 
-    mixed_workload(&mut p, 150); // 150 * (20 + 10) = 4500 retries, 600 promotes
+    mixed_workload(&mut p, 150); // 150 * (20 + 12 + 10) = 6300 retries, 600 promotes
     wait_replica_synced(&mut p, &mut r);
+
+    let dead: i64 = q!(&mut p, "ZCARD", "{q1}:dead");
+    assert!(dead > 0, "the workload dead-lettered something");
+    let dead_lettered: u64 = info_field(&mut p, "echomq", "echomq_dead_lettered")
+        .parse()
+        .unwrap();
+    assert!(dead_lettered >= dead as u64);
 
     let moved: i64 = (0..3)
         .map(|q| -> i64 { q!(&mut p, "LLEN", format!("{{q{q}}}:p")) })

@@ -19,9 +19,21 @@ use crate::keys::Arg;
 /// A command handler: the running command's arguments, its reply.
 pub type Handler = fn(&Context, &[Arg]) -> RedisResult;
 
-/// One key argument: its position and what the command does to it.
+/// Where a key argument is.
+pub enum KeyAt {
+    /// At this argument index (the command name is 0).
+    Index(i32),
+    /// Right after the first `keyword` (any case) at or past `start_from`:
+    /// an optional key such as `DEAD dead`.
+    Keyword {
+        keyword: &'static str,
+        start_from: i32,
+    },
+}
+
+/// One key argument: where it is and what the command does to it.
 pub struct KeyDoc {
-    pub position: i32,
+    pub at: KeyAt,
     pub flags: KeySpecFlags,
 }
 
@@ -91,10 +103,20 @@ pub fn register(ctx: &Context, table: &[Command]) -> Result<(), String> {
     };
     for command in table {
         let name = command.name.to_string_lossy();
-        let (first_key, last_key, key_step) = match command.keys {
+        // The legacy range covers the fixed keys; the key specs below add
+        // the optional ones, which is what routing and ACLs then follow.
+        let fixed: Vec<i32> = command
+            .keys
+            .iter()
+            .filter_map(|k| match k.at {
+                KeyAt::Index(position) => Some(position),
+                KeyAt::Keyword { .. } => None,
+            })
+            .collect();
+        let (first_key, last_key, key_step) = match fixed[..] {
             [] => (0, 0, 0),
-            [only] => (only.position, only.position, 1),
-            [first, .., last] => (first.position, last.position, 1),
+            [only] => (only, only, 1),
+            [first, .., last] => (first, last, 1),
         };
         // SAFETY: static C strings; the entry point matches the server's
         // command signature.
@@ -127,7 +149,13 @@ pub fn register(ctx: &Context, table: &[Command]) -> Result<(), String> {
                             None,
                             // KeySpecFlags is neither Copy nor Clone: rebuild it.
                             KeySpecFlags::from_bits_truncate(k.flags.bits()),
-                            BeginSearch::new_index(k.position),
+                            match k.at {
+                                KeyAt::Index(position) => BeginSearch::new_index(position),
+                                KeyAt::Keyword {
+                                    keyword,
+                                    start_from,
+                                } => BeginSearch::new_keyword(keyword.into(), start_from),
+                            },
                             FindKeys::new_range(0, 1, 0),
                         )
                     })

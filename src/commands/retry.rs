@@ -1,42 +1,182 @@
-//! `ECHO.RETRY schedule job policy attempts`
+//! `ECHO.RETRY schedule job policy attempts [NX | XX] [GT | LT] [MAXATTEMPTS n DEAD dead]`
 //!
 //! Computes `policy`'s delay for `attempts` from the server's command time
 //! and random generator, and adds `job` to the sorted set `schedule` with
 //! score `fire_at_ms = now_ms + delay_ms`, replacing the score of a job
-//! already there. A missing `schedule` is created.
+//! already there. A missing `schedule` is created. `NX`, `XX`, `GT` and `LT`
+//! condition the write as they condition ZADD; a job whose score they keep
+//! is written nowhere. With `MAXATTEMPTS n DEAD dead` and `attempts >= n` the
+//! job is dead-lettered instead: removed from `schedule` and added to the
+//! sorted set `dead` at `now_ms`, with no delay drawn and no condition
+//! applied.
 //!
-//! Reply: integer, `fire_at_ms`.
-//! Errors: policy and attempts errors from `parse`; `WRONGTYPE` when
-//! `schedule` is not a sorted set. Nothing is written on an error.
-//! Replication: the effect, `ZADD schedule fire_at_ms job`; the random draw
-//! and the clock are never recomputed on a replica or an AOF reload.
+//! Reply: integer. `>= 0`: the job's fire time in `schedule` after the call
+//! (written now, or kept by a condition; a kept fractional score rounded
+//! down, clamped to i64). `-1`: dead-lettered. `-2`: `XX` and no such job.
+//! Errors: policy, attempts and option errors from `parse`, and `dead` naming
+//! `schedule`, before any key is opened; `WRONGTYPE` when `schedule` or
+//! `dead` is not a sorted set, checked before any write (`dead` also when the
+//! job is not dead-lettered). Nothing is written on an error.
+//! Replication: the effects only, so the random draw and the clock are never
+//! recomputed on a replica or an AOF reload: `ZADD schedule fire_at_ms job`
+//! when the score changed; dead-lettering sends `ZREM schedule job` (when the
+//! job was there) then `ZADD dead now_ms job` (the server wraps the two in
+//! MULTI/EXEC); a kept score sends nothing.
 
 use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 
-use crate::keys::{self, Arg, Key, Kind};
-use crate::{clock, parse, stats};
+use crate::keys::{self, Arg, Key, Kind, Zadd, ZaddIf};
+use crate::parse::{self, ArgError, Compare, Presence, RetryOptions};
+use crate::{clock, stats};
+
+/// The reply for a dead-lettered job.
+const DEAD_LETTERED: i64 = -1;
+/// The reply for `XX` when the job is not in the schedule.
+const NOT_SCHEDULED: i64 = -2;
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
 #[inline(never)]
 pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
-    let [_, schedule, job, policy, attempts] = args else {
+    let [_, schedule, job, policy, attempts, options @ ..] = args else {
         return Err(RedisError::WrongArity);
     };
-    let request = parse::parse_delay_request(policy.as_slice(), attempts.as_slice())?;
-    let key = Key::open_write(ctx, schedule);
-    key.require(Kind::SortedSet)?;
+    // Empty without options: no allocation on the plain path.
+    let words: Vec<&[u8]> = options.iter().map(Arg::as_slice).collect();
+    let request = parse::parse_retry_request(
+        schedule.as_slice(),
+        policy.as_slice(),
+        attempts.as_slice(),
+        &words,
+    )?;
+    let schedule_key = Key::open_write(ctx, schedule);
+    schedule_key.require(Kind::SortedSet)?;
+    let dead = match request.options.dead_letter {
+        Some(dead) => {
+            let name = options.get(dead.key_index).ok_or(ArgError::Syntax)?;
+            let key = Key::open_write(ctx, name);
+            key.require(Kind::SortedSet)?;
+            Some((name, key))
+        }
+        None => None,
+    };
 
+    if let (true, Some((dead, dead_key))) = (request.dies(), &dead) {
+        dead_letter(ctx, (schedule, &schedule_key), job, (dead, dead_key))?;
+        stats::dead_lettered();
+        return Ok(RedisValue::Integer(DEAD_LETTERED));
+    }
+
+    let RetryOptions {
+        presence, compare, ..
+    } = request.options;
+    // XX on a missing key: a low-level add would create the key and delete
+    // it again; nothing to do, and nothing must be seen.
+    if presence == Presence::Existing && schedule_key.kind() == Kind::Missing {
+        stats::retried(request.delay.policy.is_jittered());
+        return Ok(RedisValue::Integer(NOT_SCHEDULED));
+    }
     let delay_ms = request
+        .delay
         .policy
-        .delay_ms_with_rng(request.attempts, &mut rand::rng());
+        .delay_ms_with_rng(request.delay.attempts, &mut rand::rng());
     // delay_ms <= 10^13 and now is a Unix time, so this never saturates and
     // stays far below 2^53: the f64 score is the exact integer.
     let fire_at_ms = clock::now_ms().saturating_add(i64::try_from(delay_ms).unwrap_or(i64::MAX));
-    if key.zset_add(fire_at_ms as f64, job)? {
-        keys::signal_modified(ctx, schedule);
-        keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zadd", schedule);
-        keys::replicate_zadd(ctx, schedule, fire_at_ms, job);
+    let reply = match schedule_key.zset_add(fire_at_ms as f64, job, zadd_if(presence, compare))? {
+        Zadd::Added | Zadd::Updated => {
+            keys::signal_modified(ctx, schedule);
+            keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zadd", schedule);
+            keys::replicate_zadd(ctx, schedule, fire_at_ms, job);
+            fire_at_ms
+        }
+        // Kept by a condition, re-added at its own score, or kept out by XX.
+        Zadd::Unchanged => schedule_key
+            .zset_score(job)
+            .map_or(NOT_SCHEDULED, kept_score_ms),
+    };
+    stats::retried(request.delay.policy.is_jittered());
+    Ok(RedisValue::Integer(reply))
+}
+
+/// ZADD's flags for the options. The parser has refused NX with GT or LT.
+fn zadd_if(presence: Presence, compare: Compare) -> ZaddIf {
+    match (presence, compare) {
+        (Presence::New, _) => ZaddIf::New,
+        (Presence::Any, Compare::Always) => ZaddIf::Always,
+        (Presence::Any, Compare::Later) => ZaddIf::Greater,
+        (Presence::Any, Compare::Earlier) => ZaddIf::Less,
+        (Presence::Existing, Compare::Always) => ZaddIf::Existing,
+        (Presence::Existing, Compare::Later) => ZaddIf::ExistingGreater,
+        (Presence::Existing, Compare::Earlier) => ZaddIf::ExistingLess,
     }
-    stats::retried(request.policy.is_jittered());
-    Ok(RedisValue::Integer(fire_at_ms))
+}
+
+/// A score kept in the schedule as the integer reply: rounded down, clamped
+/// to i64 (a score written by hand may be fractional or infinite).
+fn kept_score_ms(score: f64) -> i64 {
+    // `as` saturates at the i64 bounds; a sorted set never holds NaN.
+    score.floor() as i64
+}
+
+/// Moves `job` from `schedule` (if there) to `dead` at `now_ms`, with the
+/// events in the order `ZREM` then `ZADD` make them (the add sends `new`
+/// itself when it creates `dead`, so the removal's events go first).
+fn dead_letter(
+    ctx: &Context,
+    (schedule, schedule_key): (&Arg, &Key),
+    job: &Arg,
+    (dead, dead_key): (&Arg, &Key),
+) -> Result<(), RedisError> {
+    let now_ms = clock::now_ms();
+    let was_ms = schedule_key.zset_score(job);
+    if was_ms.is_some() && schedule_key.zset_remove_one(job) {
+        keys::signal_modified(ctx, schedule);
+        keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zrem", schedule);
+        if schedule_key.kind() == Kind::Missing {
+            keys::notify(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"del", schedule);
+        }
+        keys::replicate_zrem(ctx, schedule, job);
+    }
+    // now_ms is a Unix time far below 2^53: the score is exact.
+    match dead_key.zset_add(now_ms as f64, job, ZaddIf::Always) {
+        Ok(Zadd::Unchanged) => {}
+        Ok(Zadd::Added | Zadd::Updated) => {
+            keys::signal_modified(ctx, dead);
+            keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zadd", dead);
+            keys::replicate_zadd(ctx, dead, now_ms, job);
+        }
+        Err(e) => {
+            // Cannot happen for a type-checked key and a finite score; if it
+            // did, the job goes back where it was rather than being lost.
+            if let Some(was_ms) = was_ms {
+                if schedule_key.zset_add(was_ms, job, ZaddIf::Always).is_ok() {
+                    keys::replicate_zadd_score(ctx, schedule, was_ms, job);
+                }
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_scores_round_down_and_clamp() {
+        for (score, want) in [
+            (1.0, 1),
+            (1.5, 1),
+            (1.999, 1),
+            (-0.5, -1),
+            (0.0, 0),
+            (1e300, i64::MAX),
+            (f64::INFINITY, i64::MAX),
+            (f64::NEG_INFINITY, i64::MIN),
+            (9_007_199_254_740_993.0, 9_007_199_254_740_992),
+        ] {
+            assert_eq!(kept_score_ms(score), want, "{score}");
+        }
+    }
 }
