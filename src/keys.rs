@@ -80,7 +80,9 @@ macro_rules! for_each_api {
             RedisModule_SignalModifiedKey,
             RedisModule_NotifyKeyspaceEvent,
             RedisModule_StringPtrLen,
-            RedisModule_Replicate
+            RedisModule_Replicate,
+            RedisModule_IsKeysPositionRequest,
+            RedisModule_KeyAtPos
         )
     };
 }
@@ -349,6 +351,23 @@ impl Drop for Members {
             // and is freed exactly once.
             unsafe { api!(RedisModule_FreeString)(self.ctx, member) };
         }
+    }
+}
+
+/// Whether the server called the command only to learn where its keys are
+/// (a command registered with `getkeys-api`, e.g. for cluster routing).
+pub fn is_keys_position_request(ctx: &Context) -> bool {
+    // SAFETY: a live context.
+    unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.ctx) != 0 }
+}
+
+/// Answers a keys-position request: argument `position` is a key. The
+/// caller passes only positions of arguments that exist.
+pub fn report_key_at(ctx: &Context, position: usize) {
+    if let Ok(position) = c_int::try_from(position) {
+        // SAFETY: a live context in a keys-position request, and a position
+        // inside the command's arguments.
+        unsafe { api!(RedisModule_KeyAtPos)(ctx.ctx, position) };
     }
 }
 

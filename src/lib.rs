@@ -41,7 +41,9 @@ const COMMANDS: &[Command] = &[
     Command {
         name: c"ECHO.RETRY",
         entry: entry_point!(retry::echo_retry),
-        flags: c"write deny-oom fast",
+        // getkeys-api: cluster routing learns of the optional dead key from
+        // the command itself (it reads only the fixed key range otherwise)
+        flags: c"write deny-oom fast getkeys-api",
         arity: -5,
         keys: &[
             KeyDoc {

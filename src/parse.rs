@@ -333,6 +333,19 @@ pub fn parse_retry_request(
     })
 }
 
+/// Where the `dead` key is among ECHO.RETRY's options, by the rule of its
+/// key spec: the argument after the first `DEAD` keyword. For every call the
+/// option parser accepts this is the key it names (a `DEAD` word before the
+/// keyword could only be MAXATTEMPTS's value, which must be a number), and
+/// it answers for malformed calls too, which the handler then refuses.
+pub fn dead_key_index(options: &[&[u8]]) -> Option<usize> {
+    let keyword = options
+        .iter()
+        .position(|w| w.eq_ignore_ascii_case(b"DEAD"))?;
+    let key = keyword + 1;
+    (key < options.len()).then_some(key)
+}
+
 /// `[NX | XX] [GT | LT] [MAXATTEMPTS n DEAD dead]` in any order, keywords in
 /// any case, each at most once. The exclusions are ZADD's: `NX` with any of
 /// `XX`, `GT`, `LT`, and `GT` with `LT`.
@@ -1036,6 +1049,9 @@ mod properties {
             prop_assert_eq!(parsed.dead_letter.map(|d| d.max_attempts), max_attempts);
             if let Some(d) = parsed.dead_letter {
                 prop_assert_eq!(bytes[d.key_index], key.as_bytes());
+                prop_assert_eq!(dead_key_index(&bytes), Some(d.key_index));
+            } else {
+                prop_assert_eq!(dead_key_index(&bytes), None);
             }
         }
 
@@ -1067,6 +1083,10 @@ mod properties {
                 }
             }
             let _ = parse_retry_request(b"s", b"fixed:1", b"1", &bytes);
+            // the key spec's rule finds the parser's dead key in every accepted call
+            if let Ok(RetryOptions { dead_letter: Some(dead), .. }) = parse_retry_options(&bytes) {
+                prop_assert_eq!(dead_key_index(&bytes), Some(dead.key_index));
+            }
         }
 
         #[test]

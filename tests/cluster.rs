@@ -635,7 +635,7 @@ fn a_hash_tagged_queue_retries_promotes_and_is_consumed_on_its_owner() {
 }
 
 #[test]
-fn promote_across_slots_is_refused_with_crossslot_and_moves_nothing() {
+fn keys_across_slots_are_refused_with_crossslot_and_nothing_moves() {
     let cluster = Cluster::start();
     let schedule = "{east}:schedule";
     let slot = cluster.keyslot(schedule);
@@ -682,11 +682,56 @@ fn promote_across_slots_is_refused_with_crossslot_and_moves_nothing() {
         let exists: i64 = q!(&mut cluster.conn(pending_owner), "EXISTS", pending);
         assert_eq!(exists, 0, "{pending} was not created");
     }
+    // A dead set in another slot is a key too: CROSSSLOT, dying or not, and
+    // nothing written anywhere.
+    for dead in pendings.iter().map(|p| p.replace(":pending", ":dead")) {
+        for attempts in [1, 3] {
+            let dead_letter = cmd!(
+                "ECHO.RETRY",
+                schedule,
+                "job-0",
+                "fixed:0",
+                attempts,
+                "MAXATTEMPTS",
+                3,
+                "DEAD",
+                &dead
+            );
+            let err = refused(dead_letter.query::<i64>(&mut con), "ECHO.RETRY DEAD");
+            assert!(err.starts_with("CROSSSLOT"), "{dead}: {err}");
+            let err = refused(
+                dead_letter.query::<i64>(&mut client),
+                "cluster ECHO.RETRY DEAD",
+            );
+            assert!(err.contains("CROSSSLOT"), "cluster client, {dead}: {err}");
+            let dead_owner = cluster.owner(cluster.keyslot(&dead));
+            let exists: i64 = q!(&mut cluster.conn(dead_owner), "EXISTS", &dead);
+            assert_eq!(exists, 0, "{dead} was not created");
+        }
+    }
     // All three jobs are due, yet none moved: the module never ran.
     assert_eq!(schedule_of(&mut con, schedule), before);
     assert_eq!(echomq_stat(&mut con, "echomq_promote_calls"), 0);
+    assert_eq!(echomq_stat(&mut con, "echomq_retries"), 3);
+    assert_eq!(echomq_stat(&mut con, "echomq_dead_lettered"), 0);
+    // A dead set in the schedule's own slot takes the job.
+    let died: i64 = q!(
+        &mut client,
+        "ECHO.RETRY",
+        schedule,
+        "job-0",
+        "fixed:0",
+        3,
+        "MAXATTEMPTS",
+        3,
+        "DEAD",
+        "{east}:dead"
+    );
+    assert_eq!(died, -1);
+    let dead: Vec<String> = q!(&mut con, "ZRANGE", "{east}:dead", 0, -1);
+    assert_eq!(dead, ["job-0"]);
     // The same schedule with a pending key in its own slot does move them.
-    assert_eq!(promote(&mut con, schedule, "{east}:pending"), 3);
+    assert_eq!(promote(&mut con, schedule, "{east}:pending"), 2);
 }
 
 #[test]

@@ -458,3 +458,35 @@ fn command_getkeys_names_the_dead_key_only_with_the_option() {
         ["s", "DEAD"]
     );
 }
+
+#[test]
+fn acl_key_patterns_apply_to_the_dead_key() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let _: () = q!(&mut admin, "ACL", "SETUSER", "worker", "on", "nopass", "~q:*", "+@all");
+    let mut con = server.conn();
+    let _: () = q!(&mut con, "AUTH", "worker", "any");
+    let opts = |dead: &str| ["MAXATTEMPTS", "1", "DEAD", dead].map(String::from);
+    let e = err!(
+        &mut con,
+        "ECHO.RETRY",
+        "q:s",
+        "j",
+        "fixed:1",
+        1,
+        &opts("elsewhere")
+    );
+    assert!(e.starts_with("NOPERM"), "{e}");
+    let keys: i64 = q!(&mut admin, "DBSIZE");
+    assert_eq!(keys, 0, "a refused call writes nothing");
+    let died: i64 = q!(
+        &mut con,
+        "ECHO.RETRY",
+        "q:s",
+        "j",
+        "fixed:1",
+        1,
+        &opts("q:dead")
+    );
+    assert_eq!(died, -1);
+}

@@ -17,6 +17,9 @@
 //! `schedule`, before any key is opened; `WRONGTYPE` when `schedule` or
 //! `dead` is not a sorted set, checked before any write (`dead` also when the
 //! job is not dead-lettered). Nothing is written on an error.
+//! Keys: `schedule`, and `dead` after the first `DEAD` keyword among the
+//! options; declared by key specs and, for cluster routing, reported by the
+//! command itself (`getkeys-api`).
 //! Replication: the effects only, so the random draw and the clock are never
 //! recomputed on a replica or an AOF reload: `ZADD schedule fire_at_ms job`
 //! when the score changed; dead-lettering sends `ZREM schedule job` (when the
@@ -29,6 +32,8 @@ use crate::keys::{self, Arg, Key, Kind, Zadd, ZaddIf};
 use crate::parse::{self, ArgError, Compare, Presence, RetryOptions};
 use crate::{clock, stats};
 
+/// The argument index of the first option (after `attempts`).
+const FIRST_OPTION: usize = 5;
 /// The reply for a dead-lettered job.
 const DEAD_LETTERED: i64 = -1;
 /// The reply for `XX` when the job is not in the schedule.
@@ -42,6 +47,16 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     // Empty without options: no allocation on the plain path.
     let words: Vec<&[u8]> = options.iter().map(Arg::as_slice).collect();
+    if keys::is_keys_position_request(ctx) {
+        // Cluster routing asks the command itself (`getkeys-api`): the
+        // server's own slot check reads only the fixed key range otherwise,
+        // and would let a dead set in another slot through.
+        keys::report_key_at(ctx, 1);
+        if let Some(index) = parse::dead_key_index(&words) {
+            keys::report_key_at(ctx, FIRST_OPTION + index);
+        }
+        return Ok(RedisValue::NoReply);
+    }
     let request = parse::parse_retry_request(
         schedule.as_slice(),
         policy.as_slice(),
