@@ -2,10 +2,11 @@
 //!
 //! A cohort of 100 jobs fails at the same instant, at attempt 3, and each job
 //! is retried with `ECHO.RETRY` inside one MULTI/EXEC: once with
-//! `exponential:100:10000` (every job gets 400 ms: one herd) and once with
-//! `jitter:exponential:100:10000` (each job draws 0..=400 ms). `ECHO.SPREAD`
-//! reads the fire times back as a histogram; both are drawn in the terminal
-//! and written as one SVG.
+//! `exponential:100:10000` (every job gets 400 ms: one herd), once with
+//! `jitter:exponential:100:10000` (each job draws 0..=400 ms) and once with
+//! `equal-jitter:exponential:100:10000` (each job draws 200..=400 ms: never
+//! sooner than half the backoff). `ECHO.SPREAD` reads the fire times back as a
+//! histogram; all three are drawn in the terminal and written as one SVG.
 //!
 //! Usage: `demo [--url redis://127.0.0.1:6379/] [--svg target/demo/herd.svg]`
 //! (or ECHOMQ_DEMO_URL / ECHOMQ_DEMO_SVG). It writes only its own keys, and
@@ -18,6 +19,7 @@ const JOBS: usize = 100;
 const ATTEMPT: u64 = 3;
 const PLAIN: &str = "exponential:100:10000";
 const JITTERED: &str = "jitter:exponential:100:10000";
+const EQUAL: &str = "equal-jitter:exponential:100:10000";
 /// The window read back: [now, now + 401) ms covers every delay in 0..=400.
 const WINDOW_MS: i64 = 401;
 const BUCKETS: u64 = 10;
@@ -130,7 +132,7 @@ fn draw_terminal(c: &Cohort) {
     println!();
 }
 
-/// Both histograms side by side, on the same axes.
+/// The histograms side by side, on the same axes.
 fn svg(cohorts: &[&Cohort]) -> String {
     let (pw, ph) = (460.0, 320.0); // one panel
     let (left, right, top, bottom) = (56.0, 16.0, 84.0, 52.0);
@@ -151,7 +153,7 @@ fn svg(cohorts: &[&Cohort]) -> String {
     for (p, c) in cohorts.iter().enumerate() {
         let x0 = pw * p as f64 + left;
         let y0 = top + plot_h; // the x axis
-        let color = if p == 0 { "#d1495b" } else { "#00798c" };
+        let color = ["#d1495b", "#00798c", "#edae49"][p % 3];
         let _ = writeln!(
             s,
             r#"<text x="{:.1}" y="24" font-size="16" font-weight="bold" text-anchor="middle">{}</text>"#,
@@ -251,6 +253,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let prefix = format!("{{echomq-demo}}:{}", std::process::id());
     let plain_key = format!("{prefix}:plain");
     let jitter_key = format!("{prefix}:jittered");
+    let equal_key = format!("{prefix}:equal");
 
     println!(
         "A dependency blinks: {JOBS} jobs fail at the same instant, all at attempt {ATTEMPT}."
@@ -261,14 +264,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!();
     let plain = run_cohort(&mut con, &plain_key, "without jitter", PLAIN)?;
     let jittered = run_cohort(&mut con, &jitter_key, "with full jitter", JITTERED)?;
+    let equal = run_cohort(&mut con, &equal_key, "with equal jitter", EQUAL)?;
     let _: i64 = redis::cmd("DEL")
         .arg(&plain_key)
         .arg(&jitter_key)
+        .arg(&equal_key)
         .query(&mut con)?;
 
-    draw_terminal(&plain);
-    draw_terminal(&jittered);
-    for c in [&plain, &jittered] {
+    let cohorts = [&plain, &jittered, &equal];
+    for c in cohorts {
+        draw_terminal(c);
+    }
+    for c in cohorts {
         let total: i64 = c.counts.iter().sum();
         if total != JOBS as i64 {
             return Err(format!("{}: {total} of {JOBS} jobs in the window", c.title).into());
@@ -285,13 +292,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(dir) = svg_path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&svg_path, svg(&[&plain, &jittered]))?;
+    std::fs::write(&svg_path, svg(&cohorts))?;
     let shown = std::fs::canonicalize(&svg_path).unwrap_or(svg_path);
     println!("SVG (same picture): {}", shown.display());
     println!(
-        "peak without jitter: {}, peak with full jitter: {}",
+        "peak without jitter: {}, peak with full jitter: {}, peak with equal jitter: {}",
         plain.peak(),
-        jittered.peak()
+        jittered.peak(),
+        equal.peak()
     );
     Ok(())
 }

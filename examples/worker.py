@@ -4,8 +4,11 @@
 Consumers take jobs from a pending list with a blocking pop, fail some of
 them (deterministically), retry those with ECHO.RETRY under a jittered
 policy, and one promoter moves due retries back to the pending list with
-ECHO.PROMOTE. Same keys and options as examples/worker.rs, so workers in
-both languages can share one queue:
+ECHO.PROMOTE. The server decides when a job has failed for the last time:
+the same ECHO.RETRY call moves it to the dead set instead (MAXATTEMPTS n
+DEAD dead), so the worker never counts attempts to decide when to give up.
+Same keys and options as examples/worker.rs, so workers in both languages
+can share one queue:
 
     pip install valkey
     python3 examples/worker.py --url redis://127.0.0.1:6379/ --queue orders --jobs 100 --seed
@@ -13,12 +16,15 @@ both languages can share one queue:
 Options (each also read from the environment variable in brackets):
   --url URL            [ECHOMQ_URL]  default redis://127.0.0.1:6379/
   --queue NAME         [ECHOMQ_QUEUE] default jobs; keys {NAME}:pending,
-                       {NAME}:schedule, {NAME}:attempts, {NAME}:done, {NAME}:done-by
-  --jobs N             [ECHOMQ_JOBS] default 100: stop once {NAME}:done holds N jobs
+                       {NAME}:schedule, {NAME}:attempts, {NAME}:done, {NAME}:done-by,
+                       {NAME}:dead
+  --jobs N             [ECHOMQ_JOBS] default 100: stop once N jobs are done or dead
   --seed               first push job-0 .. job-(N-1) onto the pending list
   --fail-first K       [ECHOMQ_FAIL_FIRST] default 2: job-<i> fails its first
                        i % (K + 1) attempts, then succeeds
   --policy P           [ECHOMQ_POLICY] default jitter:exponential:50:2000
+  --max-attempts M     [ECHOMQ_MAX_ATTEMPTS] default 5: a job's M-th failure
+                       sends it to {NAME}:dead instead of scheduling it again
   --consumers C        [ECHOMQ_CONSUMERS] default 4 threads
   --deadline-secs S    [ECHOMQ_DEADLINE_SECS] default 60: give up (exit 2)
   --name NAME          [ECHOMQ_WORKER_NAME] default python-<pid>
@@ -56,6 +62,7 @@ def parse_args():
     p.add_argument("--seed", action="store_true")
     p.add_argument("--fail-first", type=int, default=int(env("ECHOMQ_FAIL_FIRST", "2")))
     p.add_argument("--policy", default=env("ECHOMQ_POLICY", "jitter:exponential:50:2000"))
+    p.add_argument("--max-attempts", type=int, default=int(env("ECHOMQ_MAX_ATTEMPTS", "5")))
     p.add_argument("--consumers", type=int, default=int(env("ECHOMQ_CONSUMERS", "4")))
     p.add_argument("--deadline-secs", type=float, default=float(env("ECHOMQ_DEADLINE_SECS", "60")))
     p.add_argument("--name", default=env("ECHOMQ_WORKER_NAME", f"python-{os.getpid()}"))
@@ -72,6 +79,7 @@ class Keys:
         self.attempts = key("attempts")
         self.done = key("done")
         self.done_by = key("done-by")
+        self.dead = key("dead")
 
 
 def failures(job, fail_first):
@@ -91,6 +99,7 @@ class Worker:
         self.lock = threading.Lock()
         self.completed = 0
         self.retried = 0
+        self.dead = 0
         self.errors = []
 
     def consume(self):
@@ -104,10 +113,17 @@ class Worker:
             attempt = self.db.hincrby(k.attempts, job, 1)
             if attempt <= failures(job, a.fail_first):
                 # The job failed: the server draws the jittered delay and
-                # schedules the retry in one step; the reply is the fire time.
-                self.db.execute_command("ECHO.RETRY", k.schedule, job, a.policy, attempt)
+                # schedules the retry in one step (the reply is the fire time),
+                # or, at the last attempt, moves it to the dead set (-1).
+                fire_at_ms = self.db.execute_command(
+                    "ECHO.RETRY", k.schedule, job, a.policy, attempt,
+                    "MAXATTEMPTS", max(1, a.max_attempts), "DEAD", k.dead,
+                )
                 with self.lock:
-                    self.retried += 1
+                    if fire_at_ms == -1:
+                        self.dead += 1
+                    else:
+                        self.retried += 1
             else:
                 pipe = self.db.pipeline(transaction=True)
                 pipe.rpush(k.done, job)
@@ -134,6 +150,13 @@ class Worker:
             # Sleep by the server's clock, but wake at once when told to stop.
             self.stop.wait(wait)
 
+    def finished(self):
+        """How many jobs are done and how many dead, in one round trip."""
+        pipe = self.db.pipeline(transaction=False)
+        pipe.llen(self.keys.done)
+        pipe.zcard(self.keys.dead)
+        return pipe.execute()
+
     def guarded(self, fn):
         def run():
             try:
@@ -154,9 +177,10 @@ class Worker:
             t.start()
         started = time.monotonic()
         all_done = False
-        # Every worker sharing the queue stops once the done list is complete.
+        # Every worker sharing the queue stops once each job is done or dead.
         while time.monotonic() - started < a.deadline_secs and not self.stop.is_set():
-            if self.db.llen(k.done) >= a.jobs:
+            done, dead = self.finished()
+            if done + dead >= a.jobs:
                 all_done = True
                 break
             time.sleep(0.02)
@@ -166,14 +190,18 @@ class Worker:
         if self.errors:
             print(f"worker {a.name}: {self.errors[0]!r}", file=sys.stderr)
             return 1
-        done = self.db.llen(k.done)
+        done, dead = self.finished()
         print(
-            f"worker {a.name}: completed {self.completed} here, retried {self.retried} here; "
-            f"{done}/{a.jobs} done on queue '{a.queue}' after {time.monotonic() - started:.2f}s",
+            f"worker {a.name}: completed {self.completed} here, retried {self.retried} here, "
+            f"dead-lettered {self.dead} here; "
+            f"{done}/{a.jobs} done and {dead} dead on queue '{a.queue}' after {time.monotonic() - started:.2f}s",
             flush=True,
         )
         if not all_done:
-            print(f"worker {a.name}: deadline of {a.deadline_secs}s reached with {done}/{a.jobs} done", file=sys.stderr)
+            print(
+                f"worker {a.name}: deadline of {a.deadline_secs}s reached with {done}/{a.jobs} done and {dead} dead",
+                file=sys.stderr,
+            )
             return 2
         return 0
 

@@ -1,7 +1,10 @@
 //! A job worker on echomq, in Rust with redis-rs: consumers take jobs from a
 //! pending list with a blocking pop, fail some of them (deterministically),
 //! retry those with `ECHO.RETRY` under a jittered policy, and one promoter
-//! moves due retries back to the pending list with `ECHO.PROMOTE`.
+//! moves due retries back to the pending list with `ECHO.PROMOTE`. The server
+//! decides when a job has failed for the last time: the same `ECHO.RETRY`
+//! call moves it to the dead set instead (`MAXATTEMPTS n DEAD dead`), so the
+//! worker never counts attempts to decide when to give up.
 //!
 //! ```text
 //! cargo run --release --example worker -- --url redis://127.0.0.1:6379/ \
@@ -14,12 +17,15 @@
 //!   cluster keeps one queue in one slot: `{NAME}:pending` (list),
 //!   `{NAME}:schedule` (sorted set of retries by fire time), `{NAME}:attempts`
 //!   (hash: job -> attempts made), `{NAME}:done` (list of completed jobs),
-//!   `{NAME}:done-by` (hash: worker name -> jobs it completed).
-//! - `--jobs N` [ECHOMQ_JOBS], default 100: stop once `{NAME}:done` holds N jobs.
+//!   `{NAME}:done-by` (hash: worker name -> jobs it completed), `{NAME}:dead`
+//!   (sorted set of jobs that failed their last attempt, by time of death).
+//! - `--jobs N` [ECHOMQ_JOBS], default 100: stop once N jobs are done or dead.
 //! - `--seed`: first push `job-0` .. `job-(N-1)` onto the pending list.
 //! - `--fail-first K` [ECHOMQ_FAIL_FIRST], default 2: `job-<i>` fails its first
 //!   `i % (K + 1)` attempts, then succeeds (other names never fail).
 //! - `--policy P` [ECHOMQ_POLICY], default `jitter:exponential:50:2000`.
+//! - `--max-attempts M` [ECHOMQ_MAX_ATTEMPTS], default 5: a job's M-th failure
+//!   sends it to `{NAME}:dead` instead of scheduling it again.
 //! - `--consumers C` [ECHOMQ_CONSUMERS], default 4 threads.
 //! - `--deadline-secs S` [ECHOMQ_DEADLINE_SECS], default 60: give up (exit 2).
 //! - `--name NAME` [ECHOMQ_WORKER_NAME], default `rust-<pid>`.
@@ -47,6 +53,7 @@ struct Config {
     seed: bool,
     fail_first: u64,
     policy: String,
+    max_attempts: u64,
     consumers: usize,
     deadline: Duration,
     name: String,
@@ -59,6 +66,7 @@ struct Keys {
     attempts: String,
     done: String,
     done_by: String,
+    dead: String,
 }
 
 impl Keys {
@@ -70,6 +78,7 @@ impl Keys {
             attempts: key("attempts"),
             done: key("done"),
             done_by: key("done-by"),
+            dead: key("dead"),
         }
     }
 }
@@ -94,6 +103,7 @@ fn config() -> Result<Config> {
         "--jobs",
         "--fail-first",
         "--policy",
+        "--max-attempts",
         "--consumers",
         "--deadline-secs",
         "--name",
@@ -117,6 +127,7 @@ fn config() -> Result<Config> {
         seed: args.iter().any(|a| a == "--seed"),
         fail_first: number("--fail-first", "ECHOMQ_FAIL_FIRST", "2")?,
         policy: value("--policy", "ECHOMQ_POLICY", "jitter:exponential:50:2000"),
+        max_attempts: number("--max-attempts", "ECHOMQ_MAX_ATTEMPTS", "5")?.max(1),
         consumers: number("--consumers", "ECHOMQ_CONSUMERS", "4")?.max(1) as usize,
         deadline: Duration::from_secs(number("--deadline-secs", "ECHOMQ_DEADLINE_SECS", "60")?),
         name: value(
@@ -139,6 +150,7 @@ struct Shared {
     stop: AtomicBool,
     completed: AtomicU64,
     retried: AtomicU64,
+    dead: AtomicU64,
 }
 
 /// Takes jobs until told to stop. Each job is taken by exactly one consumer.
@@ -158,14 +170,24 @@ fn consume(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
             .query(&mut con)?;
         if attempt <= failures(&job, cfg.fail_first) {
             // The job failed: the server draws its jittered delay and
-            // schedules it in one step; the reply is the fire time.
-            let _fire_at_ms: i64 = redis::cmd("ECHO.RETRY")
+            // schedules it in one step (the reply is the fire time), or, at
+            // the last attempt, moves it to the dead set (the reply is -1).
+            let fire_at_ms: i64 = redis::cmd("ECHO.RETRY")
                 .arg(&keys.schedule)
                 .arg(&job)
                 .arg(&cfg.policy)
                 .arg(attempt)
+                .arg("MAXATTEMPTS")
+                .arg(cfg.max_attempts)
+                .arg("DEAD")
+                .arg(&keys.dead)
                 .query(&mut con)?;
-            shared.retried.fetch_add(1, Ordering::Relaxed);
+            let counter = if fire_at_ms == -1 {
+                &shared.dead
+            } else {
+                &shared.retried
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
         } else {
             let _: () = redis::pipe()
                 .atomic()
@@ -252,6 +274,7 @@ fn run() -> Result<bool> {
         stop: AtomicBool::new(false),
         completed: AtomicU64::new(0),
         retried: AtomicU64::new(0),
+        dead: AtomicU64::new(0),
     });
     let mut threads = Vec::new();
     for _ in 0..cfg.consumers {
@@ -263,12 +286,12 @@ fn run() -> Result<bool> {
         threads.push(thread::spawn(move || promote(&cfg, &keys, &shared)));
     }
 
-    // Every worker sharing the queue stops once the done list is complete.
+    // Every worker sharing the queue stops once each job is done or dead.
     let started = Instant::now();
     let mut all_done = false;
     while started.elapsed() < cfg.deadline {
-        let done: u64 = redis::cmd("LLEN").arg(&keys.done).query(&mut con)?;
-        if done >= cfg.jobs {
+        let (done, dead) = finished(&mut con, &keys)?;
+        if done + dead >= cfg.jobs {
             all_done = true;
             break;
         }
@@ -281,21 +304,33 @@ fn run() -> Result<bool> {
     for t in threads {
         t.join().map_err(|_| "a worker thread panicked")??;
     }
-    let done: u64 = redis::cmd("LLEN").arg(&keys.done).query(&mut con)?;
+    let (done, dead) = finished(&mut con, &keys)?;
     println!(
-        "worker {}: completed {} here, retried {} here; {done}/{} done on queue '{}' after {:.2}s",
+        "worker {}: completed {} here, retried {} here, dead-lettered {} here; \
+         {done}/{} done and {dead} dead on queue '{}' after {:.2}s",
         cfg.name,
         shared.completed.load(Ordering::Relaxed),
         shared.retried.load(Ordering::Relaxed),
+        shared.dead.load(Ordering::Relaxed),
         cfg.jobs,
         cfg.queue,
         started.elapsed().as_secs_f64()
     );
     if !all_done {
         eprintln!(
-            "worker {}: deadline of {:?} reached with {done}/{} done",
+            "worker {}: deadline of {:?} reached with {done}/{} done and {dead} dead",
             cfg.name, cfg.deadline, cfg.jobs
         );
     }
     Ok(all_done)
+}
+
+/// How many jobs are done and how many dead, read in one round trip.
+fn finished(con: &mut redis::Connection, keys: &Keys) -> Result<(u64, u64)> {
+    Ok(redis::pipe()
+        .cmd("LLEN")
+        .arg(&keys.done)
+        .cmd("ZCARD")
+        .arg(&keys.dead)
+        .query(con)?)
 }

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The herd made visible (`make demo`): starts its own valkey-server with the
 # module on 127.0.0.1, fails a cohort of 100 jobs at attempt 3 with
-# exponential:100:10000, once without and once with full jitter, each cohort
-# in one MULTI/EXEC, reads the fire times back with ECHO.SPREAD, and draws both
-# histograms in the terminal and as an SVG (target/demo/herd.svg).
+# exponential:100:10000, once without jitter, once with full jitter and once
+# with equal jitter, each cohort in one MULTI/EXEC, reads the fire times back
+# with ECHO.SPREAD, and draws the three histograms in the terminal and as an
+# SVG (target/demo/herd.svg).
 #
 # ECHOMQ_DEMO_PORT=N: use port N. If a server with echomq already answers
 # there, the demo uses it (and only writes, then deletes, its own keys);
 # otherwise it starts its own server on that port.
 # ECHOMQ_DEMO_SVG=path: where to write the SVG.
-# The last line printed is `peak without jitter: 100, peak with full jitter: N`.
+# The last line printed is `peak without jitter: 100, peak with full jitter: N,
+# peak with equal jitter: M`.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,6 +1,7 @@
 //! The example workers (examples/worker.rs and examples/worker.py) against a
 //! real server: N seeded jobs, some failing their first attempts and retried
-//! with a jittered policy, every one done exactly once.
+//! with a jittered policy, some failing until the server dead-letters them;
+//! every one done exactly once or dead, never both.
 
 mod common;
 
@@ -15,6 +16,9 @@ use std::time::{Duration, Instant};
 use common::*;
 
 const FAIL_FIRST: u64 = 2;
+/// With FAIL_FIRST = 2, a third of the jobs fail twice: their second failure
+/// is their last, and the server moves them to the dead set.
+const MAX_ATTEMPTS: u64 = 2;
 const POLICY: &str = "jitter:exponential:50:2000";
 
 /// The target directory this test binary was built into (target/<profile>/deps/..).
@@ -152,6 +156,8 @@ fn worker_args(server: &Server, queue: &str, jobs: usize, name: &str) -> Vec<Str
         &FAIL_FIRST.to_string(),
         "--policy",
         POLICY,
+        "--max-attempts",
+        &MAX_ATTEMPTS.to_string(),
         "--consumers",
         "3",
         "--deadline-secs",
@@ -244,42 +250,51 @@ fn failures(i: usize) -> u64 {
     i as u64 % (FAIL_FIRST + 1)
 }
 
-/// Every seeded job done exactly once, after exactly its planned attempts,
-/// with nothing left queued; the module's counters agree.
+/// Whether job `i` fails its last allowed attempt: the server dead-letters it.
+fn dies(i: usize) -> bool {
+    failures(i) >= MAX_ATTEMPTS
+}
+
+/// Every seeded job done exactly once, or dead (after exactly MAX_ATTEMPTS
+/// failures) and never done, each after exactly its planned attempts, with
+/// nothing left queued; the module's counters agree.
 fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<String, u64> {
     let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
     let done: Vec<String> = q!(con, "LRANGE", key("done"), 0, -1);
     let unique: HashSet<&String> = done.iter().collect();
     assert_eq!(unique.len(), done.len(), "a job was done twice");
-    let want: HashSet<String> = (0..n).map(|i| format!("job-{i}")).collect();
-    let got: HashSet<String> = done.iter().cloned().collect();
-    let missing: Vec<_> = want.difference(&got).collect();
-    let extra: Vec<_> = got.difference(&want).collect();
-    assert!(
-        missing.is_empty() && extra.is_empty(),
-        "missing {missing:?}, unexpected {extra:?}"
-    );
-    assert_eq!(done.len(), n);
+    let dead: Vec<String> = q!(con, "ZRANGE", key("dead"), 0, -1);
+    let job = |i: usize| format!("job-{i}");
+    let want_done: HashSet<String> = (0..n).filter(|&i| !dies(i)).map(job).collect();
+    let want_dead: HashSet<String> = (0..n).filter(|&i| dies(i)).map(job).collect();
+    assert!(!want_dead.is_empty() && !want_done.is_empty());
+    let got_done: HashSet<String> = done.iter().cloned().collect();
+    let got_dead: HashSet<String> = dead.iter().cloned().collect();
+    assert_eq!(got_done, want_done, "done");
+    assert_eq!(got_dead, want_dead, "dead");
 
     let attempts: BTreeMap<String, u64> = q!(con, "HGETALL", key("attempts"));
     for i in 0..n {
-        let job = format!("job-{i}");
+        let want = (failures(i) + 1).min(MAX_ATTEMPTS);
         assert_eq!(
-            attempts.get(&job).copied(),
-            Some(failures(i) + 1),
-            "{job}: attempts"
+            attempts.get(&job(i)).copied(),
+            Some(want),
+            "{}: attempts",
+            job(i)
         );
     }
     let pending: i64 = q!(con, "LLEN", key("pending"));
     let scheduled: i64 = q!(con, "ZCARD", key("schedule"));
     assert_eq!((pending, scheduled), (0, 0), "work left behind");
 
-    // Each failure was one jittered ECHO.RETRY, and each retry was promoted once.
-    let retries: u64 = (0..n).map(failures).sum();
+    // Each failure but a last one was one jittered ECHO.RETRY that scheduled,
+    // promoted once; each last failure one dead-lettering ECHO.RETRY.
+    let retries: u64 = (0..n).map(|i| failures(i).min(MAX_ATTEMPTS - 1)).sum();
     for (field, want) in [
         ("echomq_retries", retries),
         ("echomq_retries_jittered", retries),
         ("echomq_promoted", retries),
+        ("echomq_dead_lettered", want_dead.len() as u64),
         ("echomq_errors", 0),
     ] {
         assert_eq!(
@@ -290,7 +305,7 @@ fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<S
     }
 
     let by: BTreeMap<String, u64> = q!(con, "HGETALL", key("done-by"));
-    assert_eq!(by.values().sum::<u64>(), n as u64, "{by:?}");
+    assert_eq!(by.values().sum::<u64>(), want_done.len() as u64, "{by:?}");
     by
 }
 
@@ -381,6 +396,10 @@ fn the_rust_worker_seeds_and_stops_on_its_own() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("50/50 done on queue 'solo'"), "{stdout}");
+    // 50 jobs: 16 of them (i % 3 == 2) fail their last attempt
+    assert!(
+        stdout.contains("34/50 done and 16 dead on queue 'solo'"),
+        "{stdout}"
+    );
     check_exactly_once(&mut con, "solo", 50);
 }
