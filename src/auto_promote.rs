@@ -439,8 +439,9 @@ extern "C" fn on_timer(ctx: *mut RedisModuleCtx, data: *mut c_void) {
             log_failure(&context, cursor, &pair, &why);
         }
     }
-    if cursor + 1 < pairs_len {
-        state().timer = arm(ctx, 0, cursor + 1);
+    let next = cursor.saturating_add(1);
+    if next < pairs_len {
+        state().timer = arm(ctx, 0, next);
     } else {
         finish_tick(ctx, interval_ms);
     }
