@@ -1073,6 +1073,52 @@ fn auto_promotion_runs_on_each_owner_and_on_the_new_primary_after_failover() {
         assert_eq!(echomq_stat(&mut con, "echomq_auto_promote_errors"), 0);
     }
 
+    // A pair whose keys hash to different slots cannot move atomically on
+    // one node: skipped, counted and logged; the other pairs keep moving.
+    let (_, first) = queues[0];
+    let mut con = cluster.conn(first);
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        format!("{{east}}:schedule {{west}}:pending {}", pairs.join(" "))
+    );
+    wait_until(
+        "the cross-slot pair counted",
+        Duration::from_secs(10),
+        || match echomq_stat(&mut con, "echomq_auto_promote_errors") {
+            0 => Err("no error yet".to_string()),
+            _ => Ok(()),
+        },
+    );
+    let log = cluster.nodes[first].log();
+    assert!(
+        log.contains("{east}:schedule {west}:pending: CROSSSLOT"),
+        "{log}"
+    );
+    let (tag, _) = &queues[0];
+    retry(
+        &mut con,
+        &format!("{tag}:schedule"),
+        "beside-crossslot",
+        "fixed:0",
+        1,
+    );
+    wait_until(
+        "the other pairs still served",
+        Duration::from_secs(10),
+        || llen_is(&mut con, &format!("{tag}:pending"), 21),
+    );
+    let _: String = q!(&mut con, "LPOP", format!("{tag}:pending"));
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        pairs.join(" ")
+    );
+
     // Fail the first queue's primary over to its replica.
     let (tag, primary) = queues[0].clone();
     let replica = cluster.replica_of(primary);
