@@ -366,6 +366,11 @@ fn in_cluster(ctx: *mut RedisModuleCtx) -> bool {
 /// This node's slots that are served here and not being migrated, read now:
 /// a slot can start migrating between two callbacks.
 fn stable_own_slots(ctx: &Context) -> cluster::Slots {
+    // The SDK's call unwraps only a CString of the command name (static, no
+    // NUL) and the RedisModule_Call pointer (in every server version); its
+    // reply conversion panics only on RESP3 maps and sets, and a RESP2 call
+    // of CLUSTER NODES replies with one bulk string. Nothing is replicated:
+    // the format has no `!`.
     let text = match ctx.call("CLUSTER", &["NODES"]) {
         Ok(RedisValue::SimpleString(text)) => text,
         Ok(RedisValue::BulkString(text)) => text,
