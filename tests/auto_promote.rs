@@ -359,6 +359,65 @@ fn nothing_moves_while_writes_are_paused_and_all_moves_after() {
     });
 }
 
+/// Must show 4 and 2 together: the pause of a FAILOVER (writes paused until
+/// the replica caught up) while jobs keep falling due. Nothing crashes, the
+/// old primary stops and the new one, with the same config, takes over;
+/// every job ends in pending once and both servers hold the same data.
+#[test]
+fn a_failover_hands_promotion_to_the_new_primary() {
+    let config = format!("{SCHEDULE} {PENDING}");
+    let primary = auto_server(Options::default());
+    let replica = start_replica(
+        &primary,
+        Options::default().arg("echomq.auto-promote", &config),
+    );
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let now_ms = server_time_ms(&mut p);
+    // 300 jobs, one due every 10 ms: promotion is under way during the failover.
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(SCHEDULE);
+    for i in 0..300i64 {
+        zadd.arg(now_ms + i * 10).arg(format!("job-{i:03}"));
+    }
+    let _: i64 = run(&mut p, &zadd);
+    wait_until("the primary promotes", Duration::from_secs(10), || {
+        let len: i64 = q!(&mut p, "LLEN", PENDING);
+        (len >= 20).then_some(()).ok_or(format!("{len} pending"))
+    });
+    let _: () = q!(&mut p, "FAILOVER");
+    wait_until("the replica took over", Duration::from_secs(20), || {
+        let role = info_field(&mut r, "replication", "role");
+        (role == "master").then_some(()).ok_or(role)
+    });
+    wait_until(
+        "the new primary promoted the rest",
+        Duration::from_secs(20),
+        || {
+            let card: i64 = q!(&mut r, "ZCARD", SCHEDULE);
+            (card == 0).then_some(()).ok_or(format!("{card} left"))
+        },
+    );
+    let got: Vec<String> = q!(&mut r, "LRANGE", PENDING, 0, -1);
+    let unique: BTreeSet<&String> = got.iter().collect();
+    assert_eq!((got.len(), unique.len()), (300, 300), "lost or duplicated");
+    assert!(
+        stat(&mut r, "auto_promoted") > 0,
+        "the new primary moved none"
+    );
+    let moved_by_old = stat(&mut p, "auto_promoted");
+    assert!(moved_by_old >= 20);
+    assert_eq!(
+        moved_by_old + stat(&mut r, "auto_promoted"),
+        300,
+        "each job moved once, by one of the two"
+    );
+    assert_pong(&mut p);
+    assert_eq!(info_field(&mut p, "replication", "role"), "slave");
+    wait_replica_synced(&mut r, &mut p);
+    assert_eq!(digest(&mut p), digest(&mut r));
+}
+
 /// Must show 5: CONFIG SET refusals keep the old value.
 #[test]
 fn config_set_refuses_bad_values_and_keeps_the_old_one() {
