@@ -4,11 +4,12 @@
 Consumers take jobs from a pending list with a blocking pop, fail some of
 them (deterministically), retry those with ECHO.RETRY under a jittered
 policy, and one promoter moves due retries back to the pending list with
-ECHO.PROMOTE. The server decides when a job has failed for the last time:
-the same ECHO.RETRY call moves it to the dead set instead (MAXATTEMPTS n
-DEAD dead), so the worker never counts attempts to decide when to give up.
-Same keys and options as examples/worker.rs, so workers in both languages
-can share one queue:
+ECHO.PROMOTE (or, with --no-promoter, the server does it:
+echomq.auto-promote). The server decides when a job has failed for the last
+time: the same ECHO.RETRY call moves it to the dead set instead (MAXATTEMPTS
+n DEAD dead), so the worker never counts attempts to decide when to give up.
+Same keys and options as examples/worker.rs, so workers in both languages can
+share one queue:
 
     pip install valkey
     python3 examples/worker.py --url redis://127.0.0.1:6379/ --queue orders --jobs 100 --seed
@@ -28,6 +29,11 @@ Options (each also read from the environment variable in brackets):
   --consumers C        [ECHOMQ_CONSUMERS] default 4 threads
   --deadline-secs S    [ECHOMQ_DEADLINE_SECS] default 60: give up (exit 2)
   --name NAME          [ECHOMQ_WORKER_NAME] default python-<pid>
+  --no-promoter        [ECHOMQ_NO_PROMOTER=1] run no promoter thread and rely on
+                       the server promoting the queue itself; the server must
+                       list the pair in echomq.auto-promote (e.g. CONFIG SET
+                       echomq.auto-promote "{NAME}:schedule {NAME}:pending"),
+                       else retries stay scheduled forever
 """
 
 import argparse
@@ -60,6 +66,7 @@ def parse_args():
     p.add_argument("--queue", default=env("ECHOMQ_QUEUE", "jobs"))
     p.add_argument("--jobs", type=int, default=int(env("ECHOMQ_JOBS", "100")))
     p.add_argument("--seed", action="store_true")
+    p.add_argument("--no-promoter", action="store_true", default=env("ECHOMQ_NO_PROMOTER", "") == "1")
     p.add_argument("--fail-first", type=int, default=int(env("ECHOMQ_FAIL_FIRST", "2")))
     p.add_argument("--policy", default=env("ECHOMQ_POLICY", "jitter:exponential:50:2000"))
     p.add_argument("--max-attempts", type=int, default=int(env("ECHOMQ_MAX_ATTEMPTS", "5")))
@@ -172,7 +179,8 @@ class Worker:
         if a.seed and a.jobs > 0:
             self.db.lpush(k.pending, *[f"job-{i}" for i in range(a.jobs)])
         threads = [threading.Thread(target=self.guarded(self.consume)) for _ in range(max(1, a.consumers))]
-        threads.append(threading.Thread(target=self.guarded(self.promote)))
+        if not a.no_promoter:
+            threads.append(threading.Thread(target=self.guarded(self.promote)))
         for t in threads:
             t.start()
         started = time.monotonic()

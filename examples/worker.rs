@@ -4,7 +4,8 @@
 //! moves due retries back to the pending list with `ECHO.PROMOTE`. The server
 //! decides when a job has failed for the last time: the same `ECHO.RETRY`
 //! call moves it to the dead set instead (`MAXATTEMPTS n DEAD dead`), so the
-//! worker never counts attempts to decide when to give up.
+//! worker never counts attempts to decide when to give up. With `--no-promoter`
+//! the server promotes instead (`echomq.auto-promote`).
 //!
 //! ```text
 //! cargo run --release --example worker -- --url redis://127.0.0.1:6379/ \
@@ -29,6 +30,10 @@
 //! - `--consumers C` [ECHOMQ_CONSUMERS], default 4 threads.
 //! - `--deadline-secs S` [ECHOMQ_DEADLINE_SECS], default 60: give up (exit 2).
 //! - `--name NAME` [ECHOMQ_WORKER_NAME], default `rust-<pid>`.
+//! - `--no-promoter` [ECHOMQ_NO_PROMOTER=1]: run no promoter thread and rely
+//!   on the server promoting the queue itself; the server must list the pair
+//!   in `echomq.auto-promote` (e.g. `CONFIG SET echomq.auto-promote
+//!   "{NAME}:schedule {NAME}:pending"`), else retries stay scheduled forever.
 //!
 //! Any number of workers, in any language, may share one queue. A job popped
 //! by BRPOP belongs to that consumer alone; a worker killed mid-job loses that
@@ -57,6 +62,7 @@ struct Config {
     consumers: usize,
     deadline: Duration,
     name: String,
+    promoter: bool,
 }
 
 #[derive(Clone)]
@@ -111,7 +117,7 @@ fn config() -> Result<Config> {
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "--seed" => i += 1,
+            "--seed" | "--no-promoter" => i += 1,
             flag if known.contains(&flag) => i += 2,
             "-h" | "--help" => {
                 println!("see the comment at the top of examples/worker.rs");
@@ -125,6 +131,8 @@ fn config() -> Result<Config> {
         queue: value("--queue", "ECHOMQ_QUEUE", "jobs"),
         jobs: number("--jobs", "ECHOMQ_JOBS", "100")?,
         seed: args.iter().any(|a| a == "--seed"),
+        promoter: !(args.iter().any(|a| a == "--no-promoter")
+            || std::env::var("ECHOMQ_NO_PROMOTER").is_ok_and(|v| v == "1")),
         fail_first: number("--fail-first", "ECHOMQ_FAIL_FIRST", "2")?,
         policy: value("--policy", "ECHOMQ_POLICY", "jitter:exponential:50:2000"),
         max_attempts: number("--max-attempts", "ECHOMQ_MAX_ATTEMPTS", "5")?.max(1),
@@ -281,7 +289,7 @@ fn run() -> Result<bool> {
         let (cfg, keys, shared) = (cfg.clone(), keys.clone(), shared.clone());
         threads.push(thread::spawn(move || consume(&cfg, &keys, &shared)));
     }
-    {
+    if cfg.promoter {
         let (cfg, keys, shared) = (cfg.clone(), keys.clone(), shared.clone());
         threads.push(thread::spawn(move || promote(&cfg, &keys, &shared)));
     }

@@ -551,6 +551,96 @@ class Bench:
                      "", "%.3f× ZADD (growth %.0f B, %.3f×)" % (a / z, d, d / zd), goal,
                      samples=res[m][0])
 
+    # ----------------------------------------------------------------------
+    def auto_promote(self):
+        """Promotion inside the server: fire time to BRPOP, and a backlog."""
+        import threading
+        jobs = 60 if self.quick else 200
+        window_ms = 1000 if self.quick else 2000
+        sched, pend = "ap:sched", "ap:pend"
+        for interval_ms in (10, 1):
+            lags = []          # every job of every round, ms
+            round_medians = []
+            for r in range(self.rounds):
+                self.c.call("DEL", sched, pend)
+                self.c.call("CONFIG", "SET", "echomq.auto-promote-interval-ms", interval_ms,
+                            "echomq.auto-promote-limit", 1000,
+                            "echomq.auto-promote", "%s %s" % (sched, pend))
+                got = []
+                consumer = Conn(self.port)
+
+                def consume():
+                    while len(got) < jobs:
+                        reply = consumer.call("BRPOP", pend, 30)
+                        if reply is None:
+                            raise RuntimeError("BRPOP timed out: nothing promoted")
+                        got.append((reply[1], time.time() * 1000.0))
+
+                t = threading.Thread(target=consume, daemon=True)
+                t.start()
+                time.sleep(0.05)
+                cmds = [["MULTI"]] + [["ECHO.RETRY", sched, "ap:%d:%d" % (r, i),
+                                        "jitter:fixed:%d" % window_ms, 1]
+                                       for i in range(jobs)] + [["EXEC"]]
+                fires = self.c.pipeline(cmds)[-1]
+                fire_of = {b"ap:%d:%d" % (r, i): f for i, f in enumerate(fires)}
+                t.join(timeout=window_ms / 1000 + 30)
+                consumer.close()
+                mine = sorted(at - fire_of[job] for job, at in got)
+                lags += mine
+                round_medians.append(med(mine))
+            lags.sort()
+            pct = lambda q: lags[min(len(lags) - 1, int(len(lags) * q))]
+            goal = "median <= %d ms: %s" % (interval_ms + 2, ok(med(lags) <= interval_ms + 2))
+            self.add("auto-promote, fire time to BRPOP", "interval %d ms (%d jobs x %d rounds)"
+                     % (interval_ms, jobs, self.rounds), "%.1f" % med(lags),
+                     "ms median lag (p90 %.1f, p99 %.1f, max %.1f, min %.1f)"
+                     % (pct(0.9), pct(0.99), lags[-1], lags[0]),
+                     ratio="%.2f× interval" % (med(lags) / interval_ms), goal=goal,
+                     samples=round_medians, fmt="%.1f")
+        self.c.call("CONFIG", "SET", "echomq.auto-promote", "")
+        self.c.call("DEL", sched, pend)
+
+        # A backlog: 100k due, interval 200 ms, limit 1000, PING alongside.
+        n = 20_000 if self.quick else 100_000
+        drains, pings_max, pings_p99 = [], [], []
+        for r in range(min(self.rounds, 3)):
+            self.c.call("CONFIG", "SET", "echomq.auto-promote", "")
+            self.c.call("DEL", sched, pend)
+            self.fill_due(sched, n)
+            self.c.call("CONFIG", "SET", "echomq.auto-promote-interval-ms", 200,
+                        "echomq.auto-promote-limit", 1000)
+            settle(self.c)
+            stop = multiprocessing.Event()
+            q = multiprocessing.Queue()
+            p = multiprocessing.Process(target=pinger, args=(self.port, stop, q), daemon=True)
+            p.start()
+            time.sleep(0.1)
+            t0 = time.perf_counter()
+            self.c.call("CONFIG", "SET", "echomq.auto-promote", "%s %s" % (sched, pend))
+            while self.c.call("EXISTS", sched):
+                time.sleep(0.001)
+            drains.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.05)
+            stop.set()
+            mx, p99, _ = q.get(timeout=30)
+            p.join(timeout=30)
+            pings_max.append(mx * 1000)
+            pings_p99.append(p99 * 1000)
+            if self.c.call("LLEN", pend) != n:
+                raise RuntimeError("backlog: pending holds %s" % self.c.call("LLEN", pend))
+        self.c.call("CONFIG", "SET", "echomq.auto-promote", "",
+                    "echomq.auto-promote-interval-ms", 10)
+        self.c.call("DEL", sched, pend)
+        settle(self.c)
+        self.add("auto-promote, backlog", "%d due, interval 200 ms, limit 1000" % n,
+                 "%.0f" % med(drains), "ms to drain (%d full ticks)" % (n // 1000),
+                 ratio="%.3f× one interval per tick" % (med(drains) / (n // 1000 * 200)),
+                 goal="well under 1 s: %s" % ok(med(drains) < 1000), samples=drains)
+        self.add("auto-promote, backlog", "concurrent PING during the drain",
+                 "%.2f" % med(pings_max), "ms max PING round trip (p99 %.3f ms)" % med(pings_p99),
+                 goal="a few ms: %s" % ok(med(pings_max) < 5), samples=pings_max, fmt="%.2f")
+
 
 def ok(b):
     return "yes" if b else "NO"
@@ -678,7 +768,8 @@ def main():
         workload(a.port, a.workload, a.seconds)
         return
     b = Bench(a.port, a.rounds, a.quick)
-    sections = ["throughput", "promotion", "future_members", "latency", "spread", "memory"]
+    sections = ["throughput", "promotion", "future_members", "latency", "spread", "memory",
+                "auto_promote"]
     if a.only:
         sections = [s for s in sections if s in a.only.split(",")]
     t0 = time.perf_counter()
@@ -702,6 +793,11 @@ def main():
     print("each variant in turn; future members: single calls in turn. Medians over calls, server")
     print("time from INFO commandstats reset before each call. Latency: %d rounds." % b.rounds)
     print("Memory: %d rounds (order alternating). 'min–max' is over rounds or calls." %
+          max(1, min(b.rounds, 3)))
+    print("Auto-promote: %d rounds per interval of jobs retried with jitter:fixed:2000 in one MULTI,"
+          % b.rounds)
+    print("popped by a BRPOP client; lag = receipt wall time - fire time (min–max: round medians);")
+    print("backlog: %d rounds, drain time from CONFIG SET until the schedule is gone." %
           max(1, min(b.rounds, 3)))
     print()
     print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")

@@ -77,6 +77,7 @@ macro_rules! for_each_api {
             RedisModule_ZsetRangeStop,
             RedisModule_ListPush,
             RedisModule_FreeString,
+            RedisModule_CreateString,
             RedisModule_SignalModifiedKey,
             RedisModule_NotifyKeyspaceEvent,
             RedisModule_StringPtrLen,
@@ -144,6 +145,36 @@ impl Arg {
             }
             std::slice::from_raw_parts(bytes.cast::<u8>(), len)
         }
+    }
+}
+
+/// A key name the module made (the auto-promote timer has no command
+/// arguments), freed when dropped; `arg()` lends it as an argument.
+pub struct OwnedName {
+    ctx: *mut RedisModuleCtx,
+    ptr: *mut RedisModuleString,
+}
+
+impl OwnedName {
+    pub fn new(ctx: &Context, bytes: &[u8]) -> OwnedName {
+        // SAFETY: CreateString copies the bytes; the string is freed in Drop
+        // with the same context.
+        let ptr =
+            unsafe { api!(RedisModule_CreateString)(ctx.ctx, bytes.as_ptr().cast(), bytes.len()) };
+        OwnedName { ctx: ctx.ctx, ptr }
+    }
+
+    pub fn arg(&self) -> &Arg {
+        // SAFETY: Arg is a transparent wrapper of the same pointer type, and
+        // the string lives as long as self.
+        unsafe { &*ptr::from_ref(&self.ptr).cast::<Arg>() }
+    }
+}
+
+impl Drop for OwnedName {
+    fn drop(&mut self) {
+        // SAFETY: made by CreateString with this context, freed exactly once.
+        unsafe { api!(RedisModule_FreeString)(self.ctx, self.ptr) };
     }
 }
 
@@ -247,7 +278,7 @@ impl Key {
     }
 
     /// Copies out the members with score `<= max_score`, lowest first (ties in
-    /// the set's own order), at most `limit` of them.
+    /// the set's own order), at most `limit` of them, with the lowest score.
     pub fn zset_due(&self, ctx: &Context, max_score: f64, limit: u64) -> Members {
         let mut members = Members::new(ctx.ctx);
         if self.kind() != Kind::SortedSet {
@@ -276,10 +307,12 @@ impl Key {
             while (members.ptrs.len() as u64) < limit
                 && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0
             {
-                let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, ptr::null_mut());
+                let mut score = 0.0f64;
+                let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
                 if member.is_null() {
                     break;
                 }
+                members.earliest_score.get_or_insert(score);
                 members.ptrs.push(member);
                 if api!(RedisModule_ZsetRangeNext)(self.ptr) == 0 {
                     break;
@@ -325,6 +358,8 @@ impl Drop for Key {
 pub struct Members {
     ctx: *mut RedisModuleCtx,
     ptrs: Vec<*mut RedisModuleString>,
+    /// The score of the first (earliest-due) member: the timer's lag.
+    earliest_score: Option<f64>,
 }
 
 impl Members {
@@ -332,7 +367,12 @@ impl Members {
         Members {
             ctx,
             ptrs: Vec::new(),
+            earliest_score: None,
         }
+    }
+
+    pub fn earliest_score(&self) -> Option<f64> {
+        self.earliest_score
     }
 
     pub fn len(&self) -> usize {

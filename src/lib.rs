@@ -2,7 +2,9 @@
 //! computed inside Valkey. The command contract is SPEC.md; this file holds
 //! the module declaration and the command table only.
 
+mod auto_promote;
 mod clock;
+mod cluster;
 mod commands;
 mod keys;
 mod parse;

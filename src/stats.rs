@@ -14,6 +14,10 @@ static PROMOTE_CALLS: AtomicU64 = AtomicU64::new(0);
 static PROMOTED: AtomicU64 = AtomicU64::new(0);
 static DEAD_LETTERED: AtomicU64 = AtomicU64::new(0);
 static ERRORS: AtomicU64 = AtomicU64::new(0);
+static AUTO_TICKS: AtomicU64 = AtomicU64::new(0);
+static AUTO_PROMOTED: AtomicU64 = AtomicU64::new(0);
+static AUTO_ERRORS: AtomicU64 = AtomicU64::new(0);
+static AUTO_LAG_MS_MAX: AtomicU64 = AtomicU64::new(0);
 
 pub fn retried(jittered: bool) {
     RETRIES.fetch_add(1, Relaxed);
@@ -31,6 +35,22 @@ pub fn promoted(moved: u64) {
     PROMOTED.fetch_add(moved, Relaxed);
 }
 
+/// A tick of the auto-promote timer began (on a primary free to write).
+pub fn auto_tick() {
+    AUTO_TICKS.fetch_add(1, Relaxed);
+}
+
+/// The timer moved `moved` members, the earliest `lag_ms` after its fire time.
+pub fn auto_promoted(moved: u64, lag_ms: u64) {
+    AUTO_PROMOTED.fetch_add(moved, Relaxed);
+    AUTO_LAG_MS_MAX.fetch_max(lag_ms, Relaxed);
+}
+
+/// The timer skipped a pair it could not serve (a wrong-typed key).
+pub fn auto_error() {
+    AUTO_ERRORS.fetch_add(1, Relaxed);
+}
+
 /// Starts every counter from zero. Called at load: after `MODULE UNLOAD` the
 /// library can stay mapped (a thread-local destructor of the random
 /// generator pins it), and a reload would otherwise resume the old counts.
@@ -42,6 +62,10 @@ pub fn reset() {
         &PROMOTED,
         &DEAD_LETTERED,
         &ERRORS,
+        &AUTO_TICKS,
+        &AUTO_PROMOTED,
+        &AUTO_ERRORS,
+        &AUTO_LAG_MS_MAX,
     ] {
         counter.store(0, Relaxed);
     }
@@ -67,6 +91,10 @@ pub extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: std::os:
         ("promoted", &PROMOTED),
         ("dead_lettered", &DEAD_LETTERED),
         ("errors", &ERRORS),
+        ("auto_promote_ticks", &AUTO_TICKS),
+        ("auto_promoted", &AUTO_PROMOTED),
+        ("auto_promote_errors", &AUTO_ERRORS),
+        ("auto_promote_lag_ms_max", &AUTO_LAG_MS_MAX),
     ] {
         raw::add_info_field_unsigned_long_long(ctx, name, counter.load(Relaxed));
     }

@@ -1023,3 +1023,250 @@ fn replicas_receive_the_effects_not_the_commands() {
         "every scheduled job counted"
     );
 }
+
+/// Sets `echomq.auto-promote` on every live node, as a deployment would.
+fn configure_everywhere(cluster: &Cluster, pairs: &str) {
+    for node in cluster.nodes.iter().filter(|n| n.is_up()) {
+        let _: () = q!(
+            &mut node.conn(),
+            "CONFIG",
+            "SET",
+            "echomq.auto-promote",
+            pairs
+        );
+    }
+}
+
+/// `ZADD schedule` of `n` jobs named `prefix-i`, due `step_ms` apart from
+/// the node's own clock plus `from_ms`: returns the names.
+fn schedule_spread(
+    con: &mut Connection,
+    schedule: &str,
+    prefix: &str,
+    n: usize,
+    from_ms: i64,
+    step_ms: i64,
+) -> Vec<String> {
+    let now_ms = server_time_ms(con);
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(schedule);
+    let mut names = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("{prefix}-{i:04}");
+        zadd.arg(now_ms + from_ms + i as i64 * step_ms).arg(&name);
+        names.push(name);
+    }
+    let _: i64 = run(con, &zadd);
+    names
+}
+
+fn llen_is(con: &mut Connection, key: &str, want: i64) -> Result<(), String> {
+    let len: i64 = cmd!("LLEN", key).query(con).map_err(|e| e.to_string())?;
+    (len == want)
+        .then_some(())
+        .ok_or(format!("{key}: {len} of {want}"))
+}
+
+/// Must show 7 (ownership, failover): with the same config on every node,
+/// each queue is promoted by the primary that owns it and nowhere else; after
+/// a failover the new primary promotes.
+#[test]
+fn auto_promotion_runs_on_each_owner_and_on_the_new_primary_after_failover() {
+    let mut cluster = Cluster::start();
+    // One queue on each primary.
+    let mut queues: Vec<(String, usize)> = Vec::new();
+    for i in 0..500 {
+        if queues.len() == 3 {
+            break;
+        }
+        let tag = format!("{{auto{i}}}");
+        let owner = cluster.owner(cluster.keyslot(&tag));
+        if queues.iter().all(|&(_, o)| o != owner) {
+            queues.push((tag, owner));
+        }
+    }
+    assert_eq!(queues.len(), 3);
+    let pairs: Vec<String> = queues
+        .iter()
+        .map(|(tag, _)| format!("{tag}:schedule {tag}:pending"))
+        .collect();
+    configure_everywhere(&cluster, &pairs.join(" "));
+
+    for (tag, owner) in &queues {
+        let mut con = cluster.conn(*owner);
+        let schedule = format!("{tag}:schedule");
+        let pending = format!("{tag}:pending");
+        for i in 0..20 {
+            retry(
+                &mut con,
+                &schedule,
+                format!("job-{i}"),
+                "jitter:fixed:200",
+                1,
+            );
+        }
+        wait_until("promoted by the owner", Duration::from_secs(20), || {
+            llen_is(&mut con, &pending, 20)
+        });
+    }
+    for i in 0..cluster.nodes.len() {
+        let mut con = cluster.conn(i);
+        let owns = queues.iter().any(|&(_, o)| o == i);
+        let moved = echomq_stat(&mut con, "echomq_auto_promoted");
+        assert_eq!(moved, if owns { 20 } else { 0 }, "node {}", cluster.port(i));
+        assert_eq!(echomq_stat(&mut con, "echomq_promote_calls"), 0);
+        assert_eq!(echomq_stat(&mut con, "echomq_auto_promote_errors"), 0);
+    }
+
+    // A pair whose keys hash to different slots cannot move atomically on
+    // one node: skipped, counted and logged; the other pairs keep moving.
+    let (_, first) = queues[0];
+    let mut con = cluster.conn(first);
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        format!("{{east}}:schedule {{west}}:pending {}", pairs.join(" "))
+    );
+    wait_until(
+        "the cross-slot pair counted",
+        Duration::from_secs(10),
+        || match echomq_stat(&mut con, "echomq_auto_promote_errors") {
+            0 => Err("no error yet".to_string()),
+            _ => Ok(()),
+        },
+    );
+    let log = cluster.nodes[first].log();
+    assert!(
+        log.contains("{east}:schedule {west}:pending: CROSSSLOT"),
+        "{log}"
+    );
+    let (tag, _) = &queues[0];
+    retry(
+        &mut con,
+        &format!("{tag}:schedule"),
+        "beside-crossslot",
+        "fixed:0",
+        1,
+    );
+    wait_until(
+        "the other pairs still served",
+        Duration::from_secs(10),
+        || llen_is(&mut con, &format!("{tag}:pending"), 21),
+    );
+    let _: String = q!(&mut con, "LPOP", format!("{tag}:pending"));
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        pairs.join(" ")
+    );
+
+    // Fail the first queue's primary over to its replica.
+    let (tag, primary) = queues[0].clone();
+    let replica = cluster.replica_of(primary);
+    let mut rcon = cluster.conn(replica);
+    wait_replica_synced(&mut cluster.conn(primary), &mut rcon);
+    cluster.nodes[primary].kill();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while info_field(&mut rcon, "replication", "role") != "master" {
+        assert!(
+            Instant::now() < deadline,
+            "the replica was not promoted\n{}",
+            cluster.logs()
+        );
+        sleep(Duration::from_millis(100));
+    }
+    cluster.wait_stable(Duration::from_secs(30));
+    assert_eq!(echomq_stat(&mut rcon, "echomq_auto_promoted"), 0);
+    let schedule = format!("{tag}:schedule");
+    let pending = format!("{tag}:pending");
+    retry(&mut rcon, &schedule, "after-failover", "fixed:0", 1);
+    wait_until(
+        "promoted by the new primary",
+        Duration::from_secs(20),
+        || llen_is(&mut rcon, &pending, 21),
+    );
+    let newest: String = q!(&mut rcon, "LINDEX", &pending, 0);
+    assert_eq!(newest, "after-failover");
+    assert_eq!(echomq_stat(&mut rcon, "echomq_auto_promoted"), 1);
+}
+
+/// Must show 7 (resharding): a queue whose jobs fall due every few ms moves to
+/// another primary while every node runs the timer. The source stops moving
+/// once the slot is migrating, the target does not move while importing, so
+/// MIGRATE never finds its target key busy; afterwards the target promotes
+/// the rest, and every job ends in pending exactly once.
+#[test]
+fn resharding_a_queue_while_the_timer_runs_keeps_every_job_once() {
+    let cluster = Cluster::start();
+    let (schedule, pending) = ("{moving}:schedule", "{moving}:pending");
+    let slot = cluster.keyslot(schedule);
+    let a = cluster.owner(slot);
+    let primaries = cluster.primaries();
+    let b = *primaries.iter().find(|&&i| i != a).unwrap();
+    let (a_id, b_id) = (cluster.id(a), cluster.id(b));
+    let mut on_a = cluster.conn(a);
+    let mut on_b = cluster.conn(b);
+    configure_everywhere(&cluster, &format!("{schedule} {pending}"));
+
+    // 500 jobs, one due every 10 ms from now: about 5 s of steady work.
+    let jobs = schedule_spread(&mut on_a, schedule, "job", 500, 0, 10);
+    wait_until("A promotes", Duration::from_secs(10), || {
+        let len: i64 = q!(&mut on_a, "LLEN", pending);
+        (len >= 20).then_some(()).ok_or(format!("{len} pending"))
+    });
+
+    let setslot = |con: &mut Connection, args: &[&str]| {
+        let _: () = q!(con, "CLUSTER", "SETSLOT", slot, args);
+    };
+    let migrate = |con: &mut Connection, key: &str| {
+        let to_b = ("127.0.0.1", cluster.port(b), "", 0, 10_000);
+        let reply: String = q!(con, "MIGRATE", to_b, "KEYS", key);
+        assert_eq!(reply, "OK", "MIGRATE {key}");
+    };
+    setslot(&mut on_b, &["IMPORTING", &a_id]);
+    setslot(&mut on_a, &["MIGRATING", &b_id]);
+    // Jobs keep falling due, yet A no longer moves them.
+    let card: i64 = q!(&mut on_a, "ZCARD", schedule);
+    sleep(Duration::from_millis(300));
+    let still: i64 = q!(&mut on_a, "ZCARD", schedule);
+    assert_eq!(still, card, "A promoted in a migrating slot");
+
+    migrate(&mut on_a, schedule);
+    // B holds the schedule with due jobs but imports the slot: it must not
+    // create pending, which MIGRATE is about to bring.
+    sleep(Duration::from_millis(300));
+    let on_b_keys: i64 = q!(&mut on_b, "CLUSTER", "COUNTKEYSINSLOT", slot);
+    assert_eq!(on_b_keys, 1, "B promoted in an importing slot");
+    migrate(&mut on_a, pending);
+
+    let third = *primaries.iter().find(|&&i| i != a && i != b).unwrap();
+    setslot(&mut on_b, &["NODE", &b_id]);
+    setslot(&mut on_a, &["NODE", &b_id]);
+    setslot(&mut cluster.conn(third), &["NODE", &b_id]);
+    wait_until("the slot is B's", Duration::from_secs(30), || {
+        cluster.check_stable()?;
+        (cluster.owner(slot) == b)
+            .then_some(())
+            .ok_or("not yet".to_string())
+    });
+
+    wait_until("B promoted the rest", Duration::from_secs(30), || {
+        let card: i64 = q!(&mut on_b, "ZCARD", schedule);
+        (card == 0).then_some(()).ok_or(format!("{card} left"))
+    });
+    let got: Vec<String> = q!(&mut on_b, "LRANGE", pending, 0, -1);
+    let unique: BTreeSet<&String> = got.iter().collect();
+    assert_eq!(got.len(), jobs.len(), "lost or duplicated");
+    assert_eq!(unique.len(), jobs.len(), "duplicated");
+    let mut oldest_first: Vec<String> = got.iter().rev().cloned().collect();
+    oldest_first.dedup();
+    assert_eq!(oldest_first, jobs, "first due, first out across the move");
+    assert!(echomq_stat(&mut on_b, "echomq_auto_promoted") > 0);
+    assert!(echomq_stat(&mut on_a, "echomq_auto_promoted") >= 20);
+    let left_on_a: i64 = q!(&mut on_a, "CLUSTER", "COUNTKEYSINSLOT", slot);
+    assert_eq!(left_on_a, 0);
+}

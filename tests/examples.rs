@@ -259,6 +259,18 @@ fn dies(i: usize) -> bool {
 /// failures) and never done, each after exactly its planned attempts, with
 /// nothing left queued; the module's counters agree.
 fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<String, u64> {
+    check_exactly_once_promoted_by(con, queue, n, "echomq_promoted")
+}
+
+/// `check_exactly_once`, with the counter that must show every promotion:
+/// `echomq_promoted` (a client's ECHO.PROMOTE) or `echomq_auto_promoted`
+/// (the server's timer); the other must stay 0.
+fn check_exactly_once_promoted_by(
+    con: &mut Connection,
+    queue: &str,
+    n: usize,
+    promoted_field: &str,
+) -> BTreeMap<String, u64> {
     let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
     let done: Vec<String> = q!(con, "LRANGE", key("done"), 0, -1);
     let unique: HashSet<&String> = done.iter().collect();
@@ -290,10 +302,16 @@ fn check_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<S
     // Each failure but a last one was one jittered ECHO.RETRY that scheduled,
     // promoted once; each last failure one dead-lettering ECHO.RETRY.
     let retries: u64 = (0..n).map(|i| failures(i).min(MAX_ATTEMPTS - 1)).sum();
+    let other_field = if promoted_field == "echomq_promoted" {
+        "echomq_auto_promoted"
+    } else {
+        "echomq_promoted"
+    };
     for (field, want) in [
         ("echomq_retries", retries),
         ("echomq_retries_jittered", retries),
-        ("echomq_promoted", retries),
+        (promoted_field, retries),
+        (other_field, 0),
         ("echomq_dead_lettered", want_dead.len() as u64),
         ("echomq_errors", 0),
     ] {
@@ -402,4 +420,47 @@ fn the_rust_worker_seeds_and_stops_on_its_own() {
         "{stdout}"
     );
     check_exactly_once(&mut con, "solo", 50);
+}
+
+/// `--no-promoter` (and ECHOMQ_NO_PROMOTER=1 for Python): no worker calls
+/// ECHO.PROMOTE; the server, configured for the queue, promotes every retry.
+#[test]
+fn workers_without_a_promoter_rely_on_the_servers_auto_promotion() {
+    let (queue, n) = ("auto", 300);
+    let server = Server::start_with(
+        Options::default().arg("echomq.auto-promote", "{auto}:schedule {auto}:pending"),
+    );
+    let mut con = server.conn();
+    seed(&mut con, queue, n);
+    let mut rust_args = worker_args(&server, queue, n, "rust-no-promoter");
+    rust_args.push("--no-promoter".into());
+    let rust = Command::new(rust_worker())
+        .args(&rust_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the rust worker");
+    let mut workers = vec![("rust-no-promoter".to_string(), rust)];
+    if let Some(python) = python_or_skip("the Python half of workers_without_a_promoter") {
+        let child = Command::new(python)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/worker.py"))
+            .args(worker_args(&server, queue, n, "python-no-promoter"))
+            .env("PYTHONUNBUFFERED", "1")
+            .env("ECHOMQ_NO_PROMOTER", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the python worker");
+        workers.push(("python-no-promoter".to_string(), child));
+    }
+    wait_all(workers);
+    let by = check_exactly_once_promoted_by(&mut con, queue, n, "echomq_auto_promoted");
+    let stats: String = q!(&mut con, "INFO", "commandstats");
+    assert!(
+        !stats.to_lowercase().contains("cmdstat_echo.promote"),
+        "a worker called ECHO.PROMOTE: {stats}"
+    );
+    println!("completions by worker: {by:?}");
 }

@@ -12,10 +12,14 @@
 //! key twice; a malformed LIMIT. Nothing is written on an error.
 //! Replication: the effects, `ZREM schedule m1..mk` and `LPUSH pending m1..mk`
 //! of exactly the members moved (the server wraps the two in MULTI/EXEC).
+//!
+//! `move_due` is the one implementation of the move: the auto-promote timer
+//! (`crate::auto_promote`) calls it too, so a tick does exactly what this
+//! command does.
 
 use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 
-use crate::keys::{self, Arg, Key, Kind};
+use crate::keys::{self, Arg, Key, Kind, Members};
 use crate::parse;
 use crate::{clock, stats};
 
@@ -27,32 +31,72 @@ pub fn echo_promote(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     let options: Vec<&[u8]> = options.iter().map(Arg::as_slice).collect();
     let limit = parse::parse_promote_request(schedule.as_slice(), pending.as_slice(), &options)?;
+    let moved = move_due(ctx, schedule, pending, limit, clock::now_ms())?;
+    stats::promoted(moved.count);
+    Ok(RedisValue::Integer(
+        i64::try_from(moved.count).unwrap_or(i64::MAX),
+    ))
+}
+
+/// What one move did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Moved {
+    pub count: u64,
+    /// The fire time of the earliest member moved (the timer's lag).
+    pub earliest_ms: Option<f64>,
+}
+
+/// Where moved members go. Only a list today; a stream sink (issue 13) is
+/// one more arm here, chosen by the type of the existing `pending` key.
+enum Sink {
+    List,
+}
+
+/// Moves the members of `schedule` due at `now_ms`, at most `limit`, to
+/// `pending`; sends the events, signals the keys and replicates the effects.
+/// Both keys are type-checked before anything is written. The caller has
+/// made sure the two names differ.
+pub fn move_due(
+    ctx: &Context,
+    schedule: &Arg,
+    pending: &Arg,
+    limit: u64,
+    now_ms: i64,
+) -> Result<Moved, RedisError> {
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
     let pending_key = Key::open_write(ctx, pending);
-    pending_key.require(Kind::List)?;
+    let sink = match pending_key.kind() {
+        Kind::Missing | Kind::List => Sink::List,
+        Kind::SortedSet | Kind::Other => return Err(RedisError::WrongType),
+    };
 
     // now_ms is an integer far below 2^53, so the f64 bound is exact and a
     // member due at exactly now_ms (or any fraction before it) is included.
-    let due = schedule_key.zset_due(ctx, clock::now_ms() as f64, limit);
-    let moved = due.len() as u64;
-    if !due.is_empty() {
-        // Effects and events in the order `ZREM` then `LPUSH` make them.
-        schedule_key.zset_remove(&due);
-        keys::signal_modified(ctx, schedule);
-        keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zrem", schedule);
-        if schedule_key.kind() == Kind::Missing {
-            keys::notify(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"del", schedule);
-        }
-        pending_key.list_push_head(&due);
-        keys::signal_modified(ctx, pending);
-        keys::notify(ctx, raw::REDISMODULE_NOTIFY_LIST, c"lpush", pending);
-
-        keys::replicate_members(ctx, c"ZREM", schedule, &due);
-        keys::replicate_members(ctx, c"LPUSH", pending, &due);
+    let due = schedule_key.zset_due(ctx, now_ms as f64, limit);
+    if due.is_empty() {
+        return Ok(Moved::default());
     }
-    stats::promoted(moved);
-    Ok(RedisValue::Integer(
-        i64::try_from(moved).unwrap_or(i64::MAX),
-    ))
+    // Effects and events in the order `ZREM` then `LPUSH` make them.
+    schedule_key.zset_remove(&due);
+    keys::signal_modified(ctx, schedule);
+    keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zrem", schedule);
+    if schedule_key.kind() == Kind::Missing {
+        keys::notify(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"del", schedule);
+    }
+    keys::replicate_members(ctx, c"ZREM", schedule, &due);
+    match sink {
+        Sink::List => push_list(ctx, &pending_key, pending, &due),
+    }
+    Ok(Moved {
+        count: due.len() as u64,
+        earliest_ms: due.earliest_score(),
+    })
+}
+
+fn push_list(ctx: &Context, key: &Key, name: &Arg, due: &Members) {
+    key.list_push_head(due);
+    keys::signal_modified(ctx, name);
+    keys::notify(ctx, raw::REDISMODULE_NOTIFY_LIST, c"lpush", name);
+    keys::replicate_members(ctx, c"LPUSH", name, due);
 }
