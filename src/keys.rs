@@ -441,26 +441,6 @@ pub fn replicate_zadd(ctx: &Context, key: &Arg, score: i64, member: &Arg) {
     };
 }
 
-/// Sends `ZADD key score member` with any double score (the shortest
-/// decimal that reads back as the same double; `inf` and `-inf` as ZADD
-/// reads them).
-pub fn replicate_zadd_score(ctx: &Context, key: &Arg, score: f64, member: &Arg) {
-    let text = score.to_string();
-    // SAFETY: "sbs" is a string, a buffer given as pointer and length, and a
-    // string; the buffer lives until the call returns, which copies it.
-    unsafe {
-        api!(RedisModule_Replicate)(
-            ctx.ctx,
-            c"ZADD".as_ptr(),
-            c"sbs".as_ptr(),
-            key.0,
-            text.as_ptr(),
-            text.len(),
-            member.0,
-        )
-    };
-}
-
 /// Sends `ZREM key member` to replicas and the AOF.
 pub fn replicate_zrem(ctx: &Context, key: &Arg, member: &Arg) {
     // SAFETY: the format names exactly the two string arguments passed.

@@ -34,6 +34,9 @@ use crate::{clock, stats};
 
 /// The argument index of the first option (after `attempts`).
 const FIRST_OPTION: usize = 5;
+/// The most option words a valid call has: `NX|XX`, `GT|LT`, `MAXATTEMPTS n`,
+/// `DEAD dead`.
+const MAX_OPTION_WORDS: usize = 6;
 /// The reply for a dead-lettered job.
 const DEAD_LETTERED: i64 = -1;
 /// The reply for `XX` when the job is not in the schedule.
@@ -45,14 +48,29 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, job, policy, attempts, options @ ..] = args else {
         return Err(RedisError::WrongArity);
     };
-    // Empty without options: no allocation on the plain path.
-    let words: Vec<&[u8]> = options.iter().map(Arg::as_slice).collect();
+    // On the stack: a heap vector per call cost a measurable share of a
+    // retry. No valid call has more option words than MAX_OPTION_WORDS.
+    let mut buffer: [&[u8]; MAX_OPTION_WORDS] = [&[]; MAX_OPTION_WORDS];
+    let words = match buffer.get_mut(..options.len()) {
+        Some(words) => {
+            for (word, option) in words.iter_mut().zip(options) {
+                *word = option.as_slice();
+            }
+            &*words
+        }
+        // Too many to be valid: routed by the schedule alone, then refused.
+        None if keys::is_keys_position_request(ctx) => {
+            keys::report_key_at(ctx, 1);
+            return Ok(RedisValue::NoReply);
+        }
+        None => return Err(ArgError::Syntax.into()),
+    };
     if keys::is_keys_position_request(ctx) {
         // Cluster routing asks the command itself (`getkeys-api`): the
         // server's own slot check reads only the fixed key range otherwise,
         // and would let a dead set in another slot through.
         keys::report_key_at(ctx, 1);
-        if let Some(index) = parse::dead_key_index(&words) {
+        if let Some(index) = parse::dead_key_index(words) {
             keys::report_key_at(ctx, FIRST_OPTION + index);
         }
         return Ok(RedisValue::NoReply);
@@ -61,21 +79,27 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
         schedule.as_slice(),
         policy.as_slice(),
         attempts.as_slice(),
-        &words,
+        words,
     )?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
+    let dies = request.dies();
     let dead = match request.options.dead_letter {
         Some(dead) => {
             let name = options.get(dead.key_index).ok_or(ArgError::Syntax)?;
-            let key = Key::open_write(ctx, name);
+            // Type-checked dying or not; opened for writing only to write.
+            let key = if dies {
+                Key::open_write(ctx, name)
+            } else {
+                Key::open_read(ctx, name)
+            };
             key.require(Kind::SortedSet)?;
             Some((name, key))
         }
         None => None,
     };
 
-    if let (true, Some((dead, dead_key))) = (request.dies(), &dead) {
+    if let (true, Some((dead, dead_key))) = (dies, &dead) {
         dead_letter(ctx, (schedule, &schedule_key), job, (dead, dead_key))?;
         stats::dead_lettered();
         return Ok(RedisValue::Integer(DEAD_LETTERED));
@@ -135,7 +159,7 @@ fn kept_score_ms(score: f64) -> i64 {
 
 /// Moves `job` from `schedule` (if there) to `dead` at `now_ms`, with the
 /// events in the order `ZREM` then `ZADD` make them (the add sends `new`
-/// itself when it creates `dead`, so the removal's events go first).
+/// itself when it creates `dead`, so the removal goes first).
 fn dead_letter(
     ctx: &Context,
     (schedule, schedule_key): (&Arg, &Key),
@@ -143,8 +167,7 @@ fn dead_letter(
     (dead, dead_key): (&Arg, &Key),
 ) -> Result<(), RedisError> {
     let now_ms = clock::now_ms();
-    let was_ms = schedule_key.zset_score(job);
-    if was_ms.is_some() && schedule_key.zset_remove_one(job) {
+    if schedule_key.zset_remove_one(job) {
         keys::signal_modified(ctx, schedule);
         keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zrem", schedule);
         if schedule_key.kind() == Kind::Missing {
@@ -152,24 +175,14 @@ fn dead_letter(
         }
         keys::replicate_zrem(ctx, schedule, job);
     }
-    // now_ms is a Unix time far below 2^53: the score is exact.
-    match dead_key.zset_add(now_ms as f64, job, ZaddIf::Always) {
-        Ok(Zadd::Unchanged) => {}
-        Ok(Zadd::Added | Zadd::Updated) => {
-            keys::signal_modified(ctx, dead);
-            keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zadd", dead);
-            keys::replicate_zadd(ctx, dead, now_ms, job);
-        }
-        Err(e) => {
-            // Cannot happen for a type-checked key and a finite score; if it
-            // did, the job goes back where it was rather than being lost.
-            if let Some(was_ms) = was_ms {
-                if schedule_key.zset_add(was_ms, job, ZaddIf::Always).is_ok() {
-                    keys::replicate_zadd_score(ctx, schedule, was_ms, job);
-                }
-            }
-            return Err(e);
-        }
+    // The add cannot fail once the job is out of the schedule: the server's
+    // ZsetAdd refuses only a key not open for writing, a key of another type
+    // (both ruled out above) and a NaN score (now_ms is a Unix time, exact
+    // as a double).
+    if dead_key.zset_add(now_ms as f64, job, ZaddIf::Always)? != Zadd::Unchanged {
+        keys::signal_modified(ctx, dead);
+        keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zadd", dead);
+        keys::replicate_zadd(ctx, dead, now_ms, job);
     }
     Ok(())
 }
