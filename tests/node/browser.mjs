@@ -4,7 +4,7 @@
 //   {"op": "open", "url": U}                     load U
 //   {"op": "wait", "js": E, "timeout_ms": N}     until E is truthy in the page; its value
 //   {"op": "eval", "js": E}                      E's value now
-//   {"op": "screenshot", "path": P}              a full-page PNG at P
+//   {"op": "screenshot", "path": P}              a PNG of the viewport at P
 // Usage: node browser.mjs CHROMIUM_BINARY PROFILE_DIR
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
@@ -36,7 +36,9 @@ for await (const line of createInterface({ input: process.stdin })) {
     } else if (req.op === "eval") {
       value = await page.evaluate(req.js);
     } else if (req.op === "screenshot") {
-      await page.screenshot({ path: req.path, fullPage: true });
+      // The viewport, as a person sees it: cards far below are not laid out
+      // until scrolled to (content-visibility), so a full page would be blank there.
+      await page.screenshot({ path: req.path });
     } else {
       throw new Error(`unknown op ${req.op}`);
     }
