@@ -184,7 +184,7 @@ fn spawn_node(
     jobs: usize,
     name: &str,
 ) -> (String, Child) {
-    let child = Command::new("node")
+    let child = Command::new(node::node())
         .arg(node_dir.join("worker.mjs"))
         .args(worker_args(server, queue, jobs, name))
         .current_dir(node_dir)
@@ -416,7 +416,7 @@ fn the_node_worker_seeds_and_stops_on_its_own() {
     let mut con = server.conn();
     let mut args = worker_args(&server, "solo-node", 50, "node-solo");
     args.push("--seed".into());
-    let out = Command::new("node")
+    let out = Command::new(node::node())
         .arg(dir.join("worker.mjs"))
         .args(&args)
         .current_dir(dir)

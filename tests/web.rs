@@ -407,7 +407,7 @@ impl Browser {
         let dir = node::or_skip(test, node::node_dir())?;
         let chromium = node::or_skip(test, node::chromium())?;
         let profile = TempDir::new("chromium-profile");
-        let mut child = Command::new("node")
+        let mut child = Command::new(node::node())
             .arg(dir.join("browser.mjs"))
             .arg(&chromium)
             .arg(&profile.0)

@@ -60,13 +60,18 @@ pub fn node_dir() -> Result<&'static Path, String> {
         .map_err(String::clone)
 }
 
+/// The Node.js binary: `ECHOMQ_NODE`, or `node` on the PATH.
+pub fn node() -> PathBuf {
+    std::env::var_os("ECHOMQ_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from)
+}
+
 fn install() -> Result<PathBuf, String> {
-    let version = Command::new("node")
+    let version = Command::new(node())
         .arg("--version")
         .output()
         .ok()
         .filter(|o| o.status.success())
-        .ok_or("node (Node.js) is not installed")?;
+        .ok_or_else(|| format!("{} (Node.js) is not installed", node().display()))?;
     let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
     let major: u32 = version
         .trim_start_matches('v')
@@ -115,7 +120,12 @@ fn install() -> Result<PathBuf, String> {
 /// Debian's headless Chromium (`chromium-headless-shell`), or `ECHOMQ_CHROMIUM`.
 pub fn chromium() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("ECHOMQ_CHROMIUM") {
-        return Ok(PathBuf::from(path));
+        let path = PathBuf::from(path);
+        return if path.exists() {
+            Ok(path)
+        } else {
+            Err(format!("ECHOMQ_CHROMIUM={} does not exist", path.display()))
+        };
     }
     // The real binary rather than /usr/bin's wrapper script, so killing the
     // process we started kills the browser itself.
