@@ -19,12 +19,14 @@ use serde_json::{json, Value as Json};
 
 /// The release build of echomq-web. `make test` builds the workspace first;
 /// building here as well covers `cargo test --test web` and a stale binary.
+/// The same `--workspace` build as make's: with `-p echomq-web` alone cargo
+/// resolves shared crates' features differently and recompiles them all.
 fn web_binary() -> &'static Path {
     static WEB: OnceLock<PathBuf> = OnceLock::new();
     WEB.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let out = Command::new(cargo)
-            .args(["build", "--release", "--quiet", "-p", "echomq-web"])
+            .args(["build", "--release", "--quiet", "--workspace"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
             .expect("run cargo");
@@ -210,13 +212,14 @@ fn build_queue(con: &mut Connection, q: &str) -> Built {
 fn api_reports_known_counts_exactly() {
     let server = Server::start();
     let mut con = server.conn();
-    let b = build_queue(&mut con, "orders");
-    // An empty queue, and one whose schedule is not a sorted set.
-    let _: () = q!(&mut con, "SET", "{broken}:schedule", "not a zset");
+    // Started first: the queue's jobs must not become due while it starts.
     let web = Web::start(
         &server.url(),
         &["--queue", "orders", "--queue", "idle", "--queue", "broken"],
     );
+    let b = build_queue(&mut con, "orders");
+    // An empty queue, and one whose schedule is not a sorted set.
+    let _: () = q!(&mut con, "SET", "{broken}:schedule", "not a zset");
     // INFO is the pipeline's first command: it sees no error of this scrape.
     let info = info_json(&mut con);
     let (status, got) = web.api();
@@ -261,12 +264,12 @@ fn api_reports_known_counts_exactly() {
 fn window_and_buckets_follow_the_options() {
     let server = Server::start();
     let mut con = server.conn();
-    let fire = retry(&mut con, "{w}:schedule", "a", "fixed:2500", 1);
-    retry(&mut con, "{w}:schedule", "b", "fixed:9000", 1);
     let web = Web::start(
         &server.url(),
         &["--queue", "w", "--window-ms", "5000", "--buckets", "4"],
     );
+    let fire = retry(&mut con, "{w}:schedule", "a", "fixed:2500", 1);
+    retry(&mut con, "{w}:schedule", "b", "fixed:9000", 1);
     let (status, got) = web.api();
     assert_eq!(status, 200, "{got}");
     let now = got["now_ms"].as_i64().expect("now_ms");
@@ -527,7 +530,6 @@ fn the_page_draws_counts_and_the_spread_in_chromium() {
     };
     let server = Server::start();
     let mut con = server.conn();
-    let b = build_queue(&mut con, "orders");
     // Hundreds of queues: the page must still show each of them.
     let many: Vec<String> = (0..300).map(|i| format!("q{i:03}")).collect();
     let mut args = vec!["--queue", "orders"];
@@ -537,7 +539,9 @@ fn the_page_draws_counts_and_the_spread_in_chromium() {
     for name in many.iter().take(3) {
         let _: i64 = q!(&mut con, "LPUSH", format!("{{{name}}}:pending"), "x");
     }
+    // Started before the queue is built: its jobs must not become due while it starts.
     let web = Web::start(&server.url(), &args);
+    let b = build_queue(&mut con, "orders");
     browser.open(&format!("{}/", web.base));
     let got = browser.wait(
         &format!(
@@ -586,6 +590,16 @@ fn the_page_draws_counts_and_the_spread_in_chromium() {
     assert_eq!(q0["bars"], json!(0), "{q0}");
 
     browser.screenshot(&node::target_dir().join("web/echomq-web.png"));
+
+    // Among hundreds, the queues with work: "hide idle queues" keeps only those.
+    let shown = browser.call(json!({"op": "eval", "js": "(() => { \
+        document.getElementById('busy').click(); \
+        return { names: [...document.querySelectorAll('section.queue')].filter(e => !e.hidden).map(e => e.dataset.queue), \
+                 text: document.getElementById('shown').textContent }; })()"}));
+    assert_eq!(
+        shown,
+        json!({"names": ["orders", "q000", "q001", "q002"], "text": "4 of 301 shown"})
+    );
 }
 
 #[test]
