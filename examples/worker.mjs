@@ -103,9 +103,20 @@ function failures(job, failFirst) {
   return m ? Number(BigInt(m[1]) % BigInt(failFirst + 1)) : 0;
 }
 
-// Fail fast instead of queueing commands while disconnected: a worker that
-// cannot reach its server reports it and exits.
-const connect = (url) => new Client(url, { maxRetriesPerRequest: 1, enableOfflineQueue: true });
+// Like the Rust and Python workers, give up on a server that is gone: a few
+// reconnection attempts (ioredis would retry forever), then the pending
+// commands fail and the worker reports the error and exits 1. The client's
+// 'error' events repeat at each attempt: only the last is kept, to say why.
+let connectionError = null;
+const connect = (url) => {
+  const con = new Client(url, {
+    maxRetriesPerRequest: 1,
+    retryStrategy: (times) => (times > 3 ? null : 100 * times),
+  });
+  con.on("error", (e) => { connectionError = e; });
+  return con;
+};
+const why = (e) => `${e && e.message || e}${connectionError ? ` (${connectionError.message})` : ""}`;
 
 async function main() {
   const cfg = config();
@@ -176,7 +187,7 @@ async function main() {
   state.stop = true;
   await Promise.all(tasks);
   if (state.error) {
-    console.error(`worker ${cfg.name}: ${state.error.stack || state.error}`);
+    console.error(`worker ${cfg.name}: ${why(state.error)}`);
     db.disconnect();
     return 1;
   }
@@ -194,5 +205,5 @@ async function main() {
 
 main().then(
   (code) => { process.exitCode = code; },
-  (e) => { console.error(`worker: ${e && e.message || e}`); process.exitCode = 1; },
+  (e) => { console.error(`worker: ${why(e)}`); process.exitCode = 1; },
 );
