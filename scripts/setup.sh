@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and testing echomq needs, and only what is missing:
 # Valkey 8 (valkey-server, valkey-cli, valkey-benchmark) and libclang for bindgen.
-# Optional: Redis 7 (compatibility tests) with ECHOMQ_WITH_REDIS=1.
+# Optional, each installed in CI (CI=true) and on request elsewhere:
+#   ECHOMQ_WITH_REDIS=1    Redis 7 (the compatibility suites)
+#   ECHOMQ_WITH_NODE=1     Node.js (18 or later) and npm (examples/worker.mjs and
+#                          the browser tests; their packages go to target/node)
+#   ECHOMQ_WITH_BROWSER=1  Debian's chromium-headless-shell (tests/web.rs's page tests)
+# Without them those tests say SKIPPED and why; in CI they fail instead.
 # On Debian 12 Valkey comes from bookworm-backports; on newer Debian/Ubuntu from the main suite.
 set -euo pipefail
 
@@ -17,15 +22,26 @@ fi
 # Redis 7 only runs the compatibility suites; CI installs it, a developer's
 # `make test` uses it when present.
 [ "${CI:-}" = true ] && ECHOMQ_WITH_REDIS=${ECHOMQ_WITH_REDIS:-1}
+[ "${CI:-}" = true ] && ECHOMQ_WITH_NODE=${ECHOMQ_WITH_NODE:-1}
+[ "${CI:-}" = true ] && ECHOMQ_WITH_BROWSER=${ECHOMQ_WITH_BROWSER:-1}
 optional=()
 if [ "${ECHOMQ_WITH_REDIS:-0}" = 1 ] && ! command -v redis-server >/dev/null 2>&1; then
   optional+=(redis-server)
+fi
+if [ "${ECHOMQ_WITH_NODE:-0}" = 1 ]; then
+  command -v node >/dev/null 2>&1 || optional+=(nodejs)
+  command -v npm >/dev/null 2>&1 || optional+=(npm)
+fi
+# The tests look for the binary itself (not /usr/bin's wrapper script).
+if [ "${ECHOMQ_WITH_BROWSER:-0}" = 1 ] && [ -z "${ECHOMQ_CHROMIUM:-}" ] \
+   && [ ! -x /usr/lib/chromium/chromium-headless-shell ] && [ ! -x /usr/lib/chromium/chromium ]; then
+  optional+=(chromium-headless-shell)
 fi
 [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 can_install=1
 [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || can_install=0
 if [ ${#need[@]} -eq 0 ] && [ $can_install = 0 ]; then
-  echo "note: cannot install ${optional[*]} here; the Redis compatibility suites will be skipped" >&2
+  echo "note: cannot install ${optional[*]} here; the tests that need them will say SKIPPED" >&2
   exit 0
 fi
 need+=("${optional[@]}")

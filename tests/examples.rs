@@ -1,9 +1,11 @@
-//! The example workers (examples/worker.rs and examples/worker.py) against a
-//! real server: N seeded jobs, some failing their first attempts and retried
-//! with a jittered policy, some failing until the server dead-letters them;
-//! every one done exactly once or dead, never both.
+//! The example workers (examples/worker.rs, examples/worker.py and
+//! examples/worker.mjs) against a real server: N seeded jobs, some failing
+//! their first attempts and retried with a jittered policy, some failing
+//! until the server dead-letters them; every one done exactly once or dead,
+//! never both.
 
 mod common;
+mod node;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
@@ -178,6 +180,25 @@ fn spawn_rust(server: &Server, queue: &str, jobs: usize, name: &str) -> (String,
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the rust worker");
+    (name.to_string(), child)
+}
+
+fn spawn_node(
+    node_dir: &Path,
+    server: &Server,
+    queue: &str,
+    jobs: usize,
+    name: &str,
+) -> (String, Child) {
+    let child = Command::new(node::node())
+        .arg(node_dir.join("worker.mjs"))
+        .args(worker_args(server, queue, jobs, name))
+        .current_dir(node_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the node worker");
     (name.to_string(), child)
 }
 
@@ -462,5 +483,72 @@ fn workers_without_a_promoter_rely_on_the_servers_auto_promotion() {
         !stats.to_lowercase().contains("cmdstat_echo.promote"),
         "a worker called ECHO.PROMOTE: {stats}"
     );
+    println!("completions by worker: {by:?}");
+}
+
+#[test]
+fn the_node_worker_seeds_and_stops_on_its_own() {
+    let test = "the_node_worker_seeds_and_stops_on_its_own";
+    let Some(dir) = node::or_skip(test, node::node_dir()) else {
+        return;
+    };
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut args = worker_args(&server, "solo-node", 50, "node-solo");
+    args.push("--seed".into());
+    let out = Command::new(node::node())
+        .arg(dir.join("worker.mjs"))
+        .args(&args)
+        .current_dir(dir)
+        .output()
+        .expect("run node");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("50/50 done on queue 'solo-node'"),
+        "{stdout}"
+    );
+    let by = check_exactly_once(&mut con, "solo-node", 50);
+    assert_eq!(by.get("node-solo"), Some(&50), "{by:?}");
+}
+
+#[test]
+fn rust_python_and_node_workers_share_one_queue() {
+    let test = "rust_python_and_node_workers_share_one_queue";
+    let Some(dir) = node::or_skip(test, node::node_dir()) else {
+        return;
+    };
+    // Python is optional here as in the tests above; Node is what this adds.
+    let python = python()
+        .map_err(|why| announce(&format!("{test}: without Python: {why}")))
+        .ok();
+    let server = Server::start();
+    let mut con = server.conn();
+    let (queue, n) = ("polyglot", 450);
+    let mut workers = vec![
+        spawn_node(dir, &server, queue, n, "node"),
+        spawn_rust(&server, queue, n, "rust"),
+    ];
+    if let Some(python) = python {
+        workers.push(spawn_python(python, &server, queue, n, "python"));
+    }
+    // Seeded only once every consumer (3 per worker) waits in BRPOP: the
+    // server hands the first jobs to the blocked clients in turn, so each
+    // worker gets work however fast the others drain the queue.
+    wait_blocked_clients(&mut con, 3 * workers.len() as u32);
+    seed(&mut con, queue, n);
+    wait_all(workers);
+    let by = check_exactly_once(&mut con, queue, n);
+    // Each worker took part: the shared queue really was shared.
+    for name in ["node", "rust"].into_iter().chain(python.map(|_| "python")) {
+        assert!(
+            by.get(name).is_some_and(|&c| c > 0),
+            "{name} completed nothing: {by:?}"
+        );
+    }
     println!("completions by worker: {by:?}");
 }
