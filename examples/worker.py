@@ -72,7 +72,11 @@ except ImportError:  # redis-py speaks the same protocol
 # picked up within this much of their fire time.
 PROMOTER_CAP_S = 0.05
 PROMOTE_LIMIT = 1000
-BATCH = 10
+# One entry per read or claim: an entry's idle time (what the lease is
+# measured against) runs from its delivery, so entries waiting in a worker's
+# own batch would age there; and a claimed batch would share the fate of a job
+# that kills its worker.
+BATCH = 1
 BLOCK_MS = 200
 
 
@@ -198,15 +202,13 @@ class Worker:
         k, a = self.keys, self.args
         cursor = "0-0"
         while not self.stop.is_set():
-            reply = self.db.execute_command(
-                "XAUTOCLAIM", k.pending, a.group, consumer, a.lease_ms, cursor, "COUNT", BATCH
-            )
+            reply = self.db.xautoclaim(k.pending, a.group, consumer, a.lease_ms, start_id=cursor, count=BATCH)
             cursor, claimed = reply[0], reply[1]
             for entry in claimed:
                 if not entry:
                     continue
-                entry_id, fields = entry[0], entry[1] or []
-                job = dict(zip(fields[::2], fields[1::2])).get("job")
+                entry_id, fields = entry[0], entry[1] or {}
+                job = fields.get("job")
                 with self.lock:
                     self.taken_over += 1
                 self.run_entry(entry_id, job, True)

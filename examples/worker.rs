@@ -73,8 +73,12 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>
 /// The promoter sleeps at most this long: a retry scheduled while it sleeps
 /// is picked up within this much of its fire time.
 const PROMOTER_CAP: Duration = Duration::from_millis(50);
-/// Entries read or taken over per call.
-const BATCH: usize = 10;
+/// Entries read or taken over per call: one. An entry's idle time, which
+/// the lease is measured against, runs from its delivery; entries waiting in
+/// a worker's own batch would age there and be taken over from a live
+/// worker, and a claimed batch would share the fate of a job that kills its
+/// worker.
+const BATCH: usize = 1;
 /// How long one blocking read waits, so the loop sees `stop`.
 const BLOCK_MS: u64 = 200;
 
@@ -132,8 +136,9 @@ impl Keys {
 fn config() -> Result<Config> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str, env: &str, default: &str| -> String {
+        // The last occurrence wins, as with Python's argparse.
         args.iter()
-            .position(|a| a == flag)
+            .rposition(|a| a == flag)
             .and_then(|i| args.get(i + 1).cloned())
             .or_else(|| std::env::var(env).ok())
             .unwrap_or_else(|| default.to_string())
