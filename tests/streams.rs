@@ -266,3 +266,46 @@ fn a_replica_without_the_module_and_aof_replay_hold_the_same_entries_and_ids() {
         server.shutdown();
     }
 }
+
+#[test]
+fn the_timer_promotes_into_a_stream_and_a_module_less_replica_matches() {
+    let primary = Server::start_with(Options::default().arg("echomq.auto-promote", "{t}:s {t}:p"));
+    let replica = start_replica(&primary, Options::without_module());
+    let (mut p, mut r) = (primary.conn(), replica.conn());
+    let _: () = q!(&mut p, "XGROUP", "CREATE", "{t}:p", "workers", "$", "MKSTREAM");
+    let mut pipe = redis::pipe();
+    for i in 0..100 {
+        pipe.add_command(cmd!(
+            "ECHO.RETRY",
+            "{t}:s",
+            format!("job-{i}"),
+            "jitter:fixed:200",
+            1
+        ))
+        .ignore();
+    }
+    let _: () = pipe.query(&mut p).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: i64 = q!(&mut p, "ZCARD", "{t}:s");
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} jobs never promoted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let got = entries(&mut p, "{t}:p");
+    assert_eq!(got.len(), 100);
+    assert_eq!(info_field(&mut p, "echomq", "echomq_auto_promoted"), "100");
+    assert_eq!(info_field(&mut p, "echomq", "echomq_promoted"), "0");
+    wait_replica_synced(&mut p, &mut r);
+    assert_eq!(entries(&mut r, "{t}:p"), got);
+    assert_eq!(
+        stream_field(&mut r, "{t}:p", "last-generated-id"),
+        stream_field(&mut p, "{t}:p", "last-generated-id")
+    );
+    assert_eq!(digest(&mut p), digest(&mut r));
+}
