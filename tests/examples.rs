@@ -738,7 +738,7 @@ fn a_job_that_kills_its_workers_ends_dead_and_the_rest_complete() {
         "--consumers",
         "1",
     ];
-    let mut langs = vec![Lang::Rust, Lang::Rust];
+    let mut langs = [Lang::Rust, Lang::Rust];
     if let Some(python) = python_or_skip("the Python half of the poison test") {
         langs[1] = Lang::Python(python);
     }
