@@ -1109,11 +1109,14 @@ def workload(port, name, seconds):
         time.sleep(seconds)
         p.terminate()
         p.wait()
-    elif name in ("promote", "promote-lua"):
+    elif name in ("promote", "promote-lua", "promote-stream"):
         # Fill with client-side ZADDs (not a script) so that the fill is told
         # apart from the promotion in the profile (zaddCommand vs the handler).
+        # promote-stream: into a stream with the group `workers` (issue 13).
         n = 0
         while time.time() < end:
+            if name == "promote-stream":
+                c.call("XGROUP", "CREATE", "pf:pend", "workers", "$", "MKSTREAM")
             t = now_ms() - 10_000_000
             cmds = []
             for j in range(0, 20_000, 1000):
@@ -1123,7 +1126,7 @@ def workload(port, name, seconds):
                 cmds.append(cmd)
             c.pipeline(cmds)
             for _ in range(20):
-                if name == "promote":
+                if name in ("promote", "promote-stream"):
                     n += c.call("ECHO.PROMOTE", "pf:sched", "pf:pend")
                 else:
                     n += c.call("EVALSHA", b.sha["promote"], 2, "pf:sched", "pf:pend", 1000)
