@@ -1203,7 +1203,8 @@ def main():
     elapsed = time.perf_counter() - t0
 
     print()
-    print("valkey-benchmark commands (each run -n per round after a warm-up):")
+    print("valkey-benchmark commands (each run -n per round after a warm-up), and (worker) the last")
+    print("worker run (the others differ in --layout, --fail-first and --name):")
     for cmd in b.bench_cmds:
         print("  " + cmd)
     print()
