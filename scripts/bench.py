@@ -164,8 +164,9 @@ FUTURE = 10_000
 
 
 class Bench:
-    def __init__(self, port, rounds, quick):
+    def __init__(self, port, rounds, quick, worker=None):
         self.port = port
+        self.worker = worker
         self.rounds = rounds
         self.quick = quick
         self.c = Conn(port)
@@ -570,6 +571,232 @@ class Bench:
              b, srv, wall, True)
 
     # ----------------------------------------------------------------------
+    def promote_stream(self):
+        """ECHO.PROMOTE of 1000 due members into a stream (one entry
+        `job <member>` each, the group `workers` present, as the workers
+        create it) against into a list (issue 13). Same schedules (1000·k due
+        beside FUTURE not yet due), same call; the layouts alternate. Warm:
+        rounds of k calls in a row per layout (order rotating); cold: both
+        filled up front, single calls of each in turn. Server time from INFO
+        commandstats reset right before each call."""
+        b = 1000
+        layouts = [("list", "ECHO.PROMOTE 1000 into a list"),
+                   ("stream", "ECHO.PROMOTE 1000 into a stream (group `workers`)")]
+
+        def prepare(layout, sched, pend, due):
+            self.c.call("DEL", sched, pend)
+            self.fill_due(sched, due)
+            self.fill(sched, FUTURE, now_ms() + 1_000_000_000, 1, "future:", 0)
+            if layout == "stream":
+                self.c.call("XGROUP", "CREATE", pend, "workers", "$", "MKSTREAM")
+
+        def check(layout, sched, pend, expect):
+            # nothing lost or duplicated, the earliest-due member first out
+            if layout == "stream":
+                length = self.c.call("XLEN", pend)
+                first = self.c.call("XRANGE", pend, "-", "+", "COUNT", 1)[0][1]
+                ok_ = first == [b"job", b"job:0"]
+            else:
+                length = self.c.call("LLEN", pend)
+                ok_ = self.c.call("LINDEX", pend, -1) == b"job:0"
+            if length != expect or self.c.call("ZCARD", sched) != FUTURE or not ok_:
+                raise RuntimeError("promote into a %s: wrong result" % layout)
+
+        def rows(section, srv, goal_pairs=None):
+            per = {m: med(srv[m]) / b for m, _ in layouts}
+            for m, label in layouts:
+                ratio, goal = "", ""
+                if m == "stream":
+                    ratio = "%.2f× list" % (per["stream"] / per["list"])
+                    if goal_pairs:
+                        ratio += " (median of per-pair ratios %.2f×)" % med(goal_pairs)
+                    goal = "≤ 2× list: %s" % ok(per["stream"] <= 2 * per["list"])
+                self.add(section, label, "%.3f" % per[m], "µs/member (server)",
+                         "%.1f" % med(srv[m]), ratio, goal,
+                         samples=[s / b for s in srv[m]], fmt="%.3f")
+
+        # warm
+        k = 2 if self.quick else 8
+        srv = {m: [] for m, _ in layouts}
+        for r in range(self.rounds):
+            for m, _ in rotate(layouts, r):
+                sched, pend = "ps:sched", "ps:pend"
+                prepare(m, sched, pend, b * k)
+                settle(self.c)
+                for _ in range(k):
+                    moved, s_us, _ = self.promote_call("module", sched, pend, b)
+                    if moved != b:
+                        raise RuntimeError("%s moved %d, expected %d" % (m, moved, b))
+                    srv[m].append(s_us)
+                check(m, sched, pend, b * k)
+                self.c.call("DEL", sched, pend)
+        settle(self.c)
+        rows("promote into a stream vs a list, batch 1000, warm (%d rounds × %d calls in a row)"
+             % (self.rounds, k), srv)
+        print("  promote_stream warm done", file=sys.stderr)
+
+        # cold
+        calls = 10 if self.quick else 60
+        keys = {m: ("ps:%s:sched" % m, "ps:%s:pend" % m) for m, _ in layouts}
+        for m, _ in layouts:
+            prepare(m, keys[m][0], keys[m][1], b * calls)
+        settle(self.c)
+        # A reference in the same turns, not a goal: the stream part done
+        # natively, 1000 XADD <stream> * job <member> pipelined by the client
+        # (server time: the XADDs' own), into a stream with the same group.
+        xkey = "ps:xadd:pend"
+        self.c.call("DEL", xkey)
+        self.c.call("XGROUP", "CREATE", xkey, "workers", "$", "MKSTREAM")
+        xadd_us = []
+
+        def native_xadd(i):
+            cmds = [["XADD", xkey, "*", "job", "job:%d" % (i * b + j)] for j in range(b)]
+            payload = b"".join(encode(c) for c in cmds)
+            self.c.call("CONFIG", "RESETSTAT")
+            self.c.sock.sendall(payload)
+            replies = [self.c.read() for _ in cmds]
+            if any(isinstance(r, ReplyError) for r in replies):
+                raise RuntimeError("native XADD: %r" % replies[0])
+            calls_, us = cmdstats(self.c).get("xadd", (0, 0))
+            if calls_ != b:
+                raise RuntimeError("native XADD: %d calls seen" % calls_)
+            return us
+
+        srv = {m: [] for m, _ in layouts}
+        for i in range(calls):
+            for m, _ in rotate(layouts + [("xadd", "")], i):
+                if m == "xadd":
+                    xadd_us.append(native_xadd(i))
+                    continue
+                moved, s_us, _ = self.promote_call("module", keys[m][0], keys[m][1], b)
+                if moved != b:
+                    raise RuntimeError("%s moved %d, expected %d" % (m, moved, b))
+                srv[m].append(s_us)
+        for m, _ in layouts:
+            check(m, keys[m][0], keys[m][1], b * calls)
+            self.c.call("DEL", *keys[m])
+        if self.c.call("XLEN", xkey) != b * calls:
+            raise RuntimeError("native XADD: wrong length")
+        self.c.call("DEL", xkey)
+        settle(self.c)
+        pairs = [s / l for s, l in zip(srv["stream"], srv["list"])]
+        section = ("promote into a stream vs a list, batch 1000, cold (%d single calls each, "
+                   "interleaved)" % calls)
+        rows(section, srv, pairs)
+        x = med(xadd_us) / b
+        self.add(section, "reference: 1000 native XADD s * job <member>, pipelined (not a goal)",
+                 "%.3f" % x, "µs/member (server, the XADDs' own)", "%.1f" % med(xadd_us),
+                 "%.2f× list, %.2f× stream" % (x / (med(srv["list"]) / b),
+                                             x / (med(srv["stream"]) / b)),
+                 samples=[u / b for u in xadd_us], fmt="%.3f")
+
+    # ----------------------------------------------------------------------
+    def worker_layouts(self):
+        """The Rust example worker (examples/worker.rs) end to end, stream
+        layout against list layout (issue 13). Each run: N jobs seeded by
+        this script (unmeasured; for the stream, the group first), then one
+        worker process with 4 consumer threads and its promoter, as shipped,
+        against the same server; this script polls SCARD done every 2 ms and
+        times from the first completion it sees to the last (so process start
+        and the worker's 200 ms blocking-read tail at exit are left out).
+        Two workloads: no failures (--fail-first 0: take, run, acknowledge),
+        and every other job failing once (--fail-first 1, retried with
+        fixed:0, so the worker's promoter moves it back at once: the retry
+        path and ECHO.PROMOTE into the layout are inside the measure). The
+        layouts alternate within each round, order rotating; the first round
+        is a warm-up and not recorded."""
+        worker = self.worker
+        if not os.path.exists(worker):
+            raise RuntimeError("%s not found: cargo build --release --example worker" % worker)
+        n = 2000 if self.quick else 10_000
+        queue = "bw"
+        keys = ["{%s}:%s" % (queue, s) for s in
+                ("pending", "schedule", "attempts", "done", "done-by", "dead")]
+        pend, done_key = keys[0], keys[3]
+        workloads = [(0, "no failures (--fail-first 0)"),
+                     (1, "every other job fails once, retried (--fail-first 1 --policy fixed:0)")]
+        variants = [(ff, layout) for ff, _ in workloads for layout in ("stream", "list")]
+        rates = {v: [] for v in variants}
+        walls = {v: [] for v in variants}
+        cmdline = None
+
+        def one_run(ff, layout, name):
+            self.c.call("DEL", *keys)
+            settle(self.c)
+            jobs = ["job-%d" % i for i in range(n)]
+            if layout == "stream":
+                self.c.call("XGROUP", "CREATE", pend, "workers", "$", "MKSTREAM")
+                for j0 in range(0, n, 1000):
+                    self.c.pipeline([["XADD", pend, "*", "job", j] for j in jobs[j0:j0 + 1000]])
+            else:
+                for j0 in range(0, n, 1000):
+                    self.c.call("LPUSH", pend, *jobs[j0:j0 + 1000])
+            args = [worker, "--url", "redis://127.0.0.1:%d/" % self.port, "--queue", queue,
+                    "--layout", layout, "--jobs", str(n), "--fail-first", str(ff),
+                    "--policy", "fixed:0", "--max-attempts", "5", "--consumers", "4",
+                    "--deadline-secs", "120", "--name", name]
+            t_spawn = time.perf_counter()
+            p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                t_first = d_first = None
+                while True:
+                    d = self.c.call("SCARD", done_key)
+                    t = time.perf_counter()
+                    if d > 0 and t_first is None:
+                        t_first, d_first = t, d
+                    if d >= n:
+                        t_end = t
+                        break
+                    if p.poll() is not None or t - t_spawn > 120:
+                        raise RuntimeError("worker %s: %d/%d done, exit %s: %s" % (
+                            name, d, n, p.returncode, p.stderr.read().strip()))
+                    time.sleep(0.002)
+                out, err = p.communicate(timeout=30)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            if p.returncode != 0:
+                raise RuntimeError("worker %s exited %d: %s" % (name, p.returncode, err.strip()))
+            # every job done exactly once, nothing left
+            left = self.c.call("XLEN" if layout == "stream" else "LLEN", pend)
+            if layout == "stream":
+                left += self.c.call("XPENDING", pend, "workers")[0]
+            completions = sum(int(x) for x in self.c.call("HGETALL", keys[4])[1::2])
+            if (left or self.c.call("ZCARD", keys[5]) or self.c.call("ZCARD", keys[1])
+                    or completions != n):
+                raise RuntimeError("worker %s: %d left, %d completions of %d" % (
+                    name, left, completions, n))
+            self.c.call("DEL", *keys)
+            return (n - d_first) / (t_end - t_first), t_end - t_spawn, args
+
+        for r in range(self.rounds + 1):
+            for ff, layout in rotate(variants, r):
+                rate, wall, args = one_run(ff, layout, "bench-%s-%d-%d" % (layout, ff, r))
+                if r > 0:
+                    rates[(ff, layout)].append(rate)
+                    walls[(ff, layout)].append(wall)
+                cmdline = args
+            print("  worker_layouts round %d/%d done%s" % (
+                r + 1, self.rounds + 1, " (warm-up)" if r == 0 else ""), file=sys.stderr)
+        self.bench_cmds.append("(worker) " + " ".join(
+            a if a != cmdline[0] else "target/release/examples/worker" for a in cmdline))
+        section = "Rust worker end to end, %d jobs, 4 consumers (%d rounds, layouts interleaved)" % (
+            n, self.rounds)
+        for ff, label in workloads:
+            s, l = med(rates[(ff, "stream")]), med(rates[(ff, "list")])
+            pairs = med([x / y for x, y in zip(rates[(ff, "stream")], rates[(ff, "list")])])
+            for layout in ("list", "stream"):
+                v = (ff, layout)
+                ratio, goal = "", ""
+                if layout == "stream":
+                    ratio = "%.2f× list (median of per-round ratios %.2f×)" % (s / l, pairs)
+                    goal = "≥ 0.6× list: %s" % ok(s / l >= 0.6)
+                self.add(section, "--layout %s, %s [process start to last done: median %.2f s]"
+                         % (layout, label, med(walls[v])), "%.0f" % med(rates[v]),
+                         "jobs/s (first to last completion)", "", ratio, goal, samples=rates[v])
+
+    # ----------------------------------------------------------------------
     def future_members(self):
         big = 200_000 if self.quick else 2_000_000
         sets = [("fm:small", 10_000, "10^4"),
@@ -882,11 +1109,14 @@ def workload(port, name, seconds):
         time.sleep(seconds)
         p.terminate()
         p.wait()
-    elif name in ("promote", "promote-lua"):
+    elif name in ("promote", "promote-lua", "promote-stream"):
         # Fill with client-side ZADDs (not a script) so that the fill is told
         # apart from the promotion in the profile (zaddCommand vs the handler).
+        # promote-stream: into a stream with the group `workers` (issue 13).
         n = 0
         while time.time() < end:
+            if name == "promote-stream":
+                c.call("XGROUP", "CREATE", "pf:pend", "workers", "$", "MKSTREAM")
             t = now_ms() - 10_000_000
             cmds = []
             for j in range(0, 20_000, 1000):
@@ -896,7 +1126,7 @@ def workload(port, name, seconds):
                 cmds.append(cmd)
             c.pipeline(cmds)
             for _ in range(20):
-                if name == "promote":
+                if name in ("promote", "promote-stream"):
                     n += c.call("ECHO.PROMOTE", "pf:sched", "pf:pend")
                 else:
                     n += c.call("EVALSHA", b.sha["promote"], 2, "pf:sched", "pf:pend", 1000)
@@ -950,15 +1180,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="small sizes, for testing the script")
     ap.add_argument("--only", default="", help="comma-separated sections")
+    ap.add_argument("--worker", default=os.path.join(HERE, "..", "target", "release", "examples",
+                                                     "worker"),
+                    help="the examples/worker binary, for the worker_layouts section")
     ap.add_argument("--workload")
     ap.add_argument("--seconds", type=float, default=10)
     a = ap.parse_args()
     if a.workload:
         workload(a.port, a.workload, a.seconds)
         return
-    b = Bench(a.port, a.rounds, a.quick)
+    b = Bench(a.port, a.rounds, a.quick, a.worker)
     sections = ["throughput", "retry_options", "promotion", "future_members", "latency", "spread",
-                "memory", "auto_promote"]
+                "memory", "auto_promote", "promote_stream", "worker_layouts"]
     if a.only:
         sections = [s for s in sections if s in a.only.split(",")]
     t0 = time.perf_counter()
@@ -970,7 +1203,8 @@ def main():
     elapsed = time.perf_counter() - t0
 
     print()
-    print("valkey-benchmark commands (each run -n per round after a warm-up):")
+    print("valkey-benchmark commands (each run -n per round after a warm-up), and (worker) the last")
+    print("worker run (the others differ in --layout, --fail-first and --name):")
     for cmd in b.bench_cmds:
         print("  " + cmd)
     print()
@@ -990,6 +1224,13 @@ def main():
     print("popped by a BRPOP client; lag = receipt wall time - fire time (min–max: round medians);")
     print("backlog: %d rounds, drain time from CONFIG SET until the schedule is gone." %
           max(1, min(b.rounds, 3)))
+    print("Promote into a stream vs a list: warm = %d rounds of k calls per layout (order rotating),"
+          % b.rounds)
+    print("cold = single calls of each layout in turn; server time per call / 1000 members.")
+    print("Rust worker: %d recorded rounds (+1 warm-up) of one worker process per layout and workload"
+          % b.rounds)
+    print("(order rotating); jobs/s from the first to the last completion seen by SCARD polled every")
+    print("2 ms.")
     print()
     print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
     print("|---|---|---:|---:|---|---:|---|---|")

@@ -4,6 +4,7 @@
 # it, prints one table, and stops the server by pid, also on error or Ctrl-C.
 #
 # Environment: ECHOMQ_MODULE (default target/release/libechomq.so),
+# ECHOMQ_WORKER (default target/release/examples/worker, built if stale),
 # BENCH_ARGS (extra bench.py arguments, e.g. "--quick" or "--rounds 7").
 set -euo pipefail
 
@@ -70,6 +71,15 @@ done
 valkey-cli -h 127.0.0.1 -p "$port" MODULE LIST | grep -q echomq \
   || { echo "bench: module not loaded" >&2; exit 1; }
 
+# The Rust example worker, for the worker_layouts section: ECHOMQ_WORKER, or
+# built here (a no-op when it is fresh; `make bench` builds the library only).
+worker=${ECHOMQ_WORKER:-$root/target/release/examples/worker}
+if [ -z "${ECHOMQ_WORKER:-}" ]; then
+  cargo=${CARGO:-$(command -v cargo || echo "$HOME/.cargo/bin/cargo")}
+  (cd "$root" && "$cargo" build --release --quiet --example worker) \
+    || { echo "bench: cannot build examples/worker" >&2; exit 1; }
+fi
+
 echo "# echomq benchmark"
 echo
 echo "command:  bash scripts/bench.sh ${BENCH_ARGS:-}   (make bench)"
@@ -80,7 +90,7 @@ echo "client:   $(valkey-benchmark --version 2>/dev/null || echo valkey-benchmar
 start=$(date +%s)
 # In the background and waited for, so that a signal to this script acts at once.
 # shellcheck disable=SC2086
-python3 "$root/scripts/bench.py" --port "$port" ${BENCH_ARGS:-} &
+python3 "$root/scripts/bench.py" --port "$port" --worker "$worker" ${BENCH_ARGS:-} &
 driver_pid=$!
 wait "$driver_pid"
 driver_pid=""

@@ -434,7 +434,11 @@ extern "C" fn on_timer(ctx: *mut RedisModuleCtx, data: *mut c_void) {
                     .map_or(0, |fire_ms| (wall_ms() as f64 - fire_ms).max(0.0) as u64);
                 stats::auto_promoted(moved.count, lag_ms);
             }
-            if moved.count >= limit.unsigned_abs() {
+            if let Some(why) = moved.refused {
+                // A stream out of IDs: what it took moved; the pair is failing.
+                stats::auto_error();
+                log_failure(&context, cursor, &pair, why);
+            } else if moved.count >= limit.unsigned_abs() {
                 state().tick_full = true;
             }
         }
@@ -488,7 +492,8 @@ fn serve(context: &Context, ctx: *mut RedisModuleCtx, pair: &Pair, limit: i64) -
     ) {
         Ok(moved) => Outcome::Moved(moved),
         Err(RedisError::WrongType) => Outcome::Failed(
-            "WRONGTYPE the schedule is not a sorted set or pending is not a list".into(),
+            "WRONGTYPE the schedule is not a sorted set or pending neither a list nor a stream"
+                .into(),
         ),
         Err(other) => Outcome::Failed(other.to_string()),
     }

@@ -22,6 +22,7 @@ pub enum Kind {
     Missing,
     SortedSet,
     List,
+    Stream,
     Other,
 }
 
@@ -83,7 +84,9 @@ macro_rules! for_each_api {
             RedisModule_StringPtrLen,
             RedisModule_Replicate,
             RedisModule_IsKeysPositionRequest,
-            RedisModule_KeyAtPos
+            RedisModule_KeyAtPos,
+            RedisModule_StreamAdd,
+            RedisModule_CreateString
         )
     };
 }
@@ -207,6 +210,7 @@ impl Key {
             raw::REDISMODULE_KEYTYPE_EMPTY => Kind::Missing,
             raw::REDISMODULE_KEYTYPE_ZSET => Kind::SortedSet,
             raw::REDISMODULE_KEYTYPE_LIST => Kind::List,
+            raw::REDISMODULE_KEYTYPE_STREAM => Kind::Stream,
             _ => Kind::Other,
         }
     }
@@ -334,6 +338,43 @@ impl Key {
         }
     }
 
+    /// Appends one entry per member, in order, each with the single field
+    /// `job`, as `XADD key * job <member>` does, and gives the IDs the server
+    /// chose. Stops at the first entry the stream refuses (its IDs exhausted),
+    /// so the IDs given are those of the first `ids.len()` members. Closing
+    /// the key wakes clients blocked in XREAD/XREADGROUP on it.
+    pub fn stream_append_jobs(&self, ctx: &Context, members: &Members) -> Vec<StreamId> {
+        let mut ids = Vec::with_capacity(members.len());
+        // SAFETY: a static 3-byte string; freed below, after its last use.
+        let field = unsafe { api!(RedisModule_CreateString)(ctx.ctx, c"job".as_ptr(), 3) };
+        for &member in &members.ptrs {
+            let mut fields = [field, member];
+            let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
+            // SAFETY: a live write handle of a stream (checked by the caller);
+            // `fields` holds one field-value pair of live strings, which the
+            // server copies.
+            let status = unsafe {
+                api!(RedisModule_StreamAdd)(
+                    self.ptr,
+                    raw::REDISMODULE_STREAM_ADD_AUTOID as c_int,
+                    &mut id,
+                    fields.as_mut_ptr(),
+                    1,
+                )
+            };
+            if status != raw::REDISMODULE_OK as c_int {
+                break;
+            }
+            ids.push(StreamId {
+                ms: id.ms,
+                seq: id.seq,
+            });
+        }
+        // SAFETY: created above and no longer used.
+        unsafe { api!(RedisModule_FreeString)(ctx.ctx, field) };
+        ids
+    }
+
     /// Pushes each of `members` at the head, in order, as `LPUSH` does.
     pub fn list_push_head(&self, members: &Members) {
         for &member in &members.ptrs {
@@ -352,6 +393,13 @@ impl Drop for Key {
         // SAFETY: CloseKey accepts null and each handle is closed once.
         unsafe { api!(RedisModule_CloseKey)(self.ptr) };
     }
+}
+
+/// A stream entry ID, `<ms>-<seq>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamId {
+    pub ms: u64,
+    pub seq: u64,
 }
 
 /// Owned copies of sorted-set members, freed when dropped.
@@ -381,6 +429,18 @@ impl Members {
 
     pub fn is_empty(&self) -> bool {
         self.ptrs.is_empty()
+    }
+
+    /// Keeps the first `len` members, freeing the rest.
+    pub fn truncate(&mut self, len: usize) {
+        for &member in self.ptrs.get(len..).unwrap_or(&[]) {
+            // SAFETY: returned by the range iterator, freed once: it leaves the vector.
+            unsafe { api!(RedisModule_FreeString)(self.ctx, member) };
+        }
+        self.ptrs.truncate(len);
+        if len == 0 {
+            self.earliest_score = None;
+        }
     }
 }
 
@@ -449,6 +509,58 @@ pub fn replicate_zrem(ctx: &Context, key: &Arg, member: &Arg) {
     };
 }
 
+/// Sends `XADD key <ms>-<seq> job <member>` for each appended entry, with the
+/// very IDs the primary chose, so a replica holds the same entries and the
+/// same last ID.
+pub fn replicate_xadds(ctx: &Context, key: &Arg, ids: &[StreamId], members: &Members) {
+    for (id, &member) in ids.iter().zip(&members.ptrs) {
+        // On the stack: a heap string per entry was a tenth of a promote of 1000.
+        let mut buffer = [0u8; STREAM_ID_MAX_LEN];
+        let text = id.write_to(&mut buffer);
+        // SAFETY: "sbcs": a string, a buffer as pointer and length, a C
+        // string and a string, all live for the call, which copies them.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                ctx.ctx,
+                c"XADD".as_ptr(),
+                c"sbcs".as_ptr(),
+                key.0,
+                text.as_ptr(),
+                text.len(),
+                c"job".as_ptr(),
+                member,
+            )
+        };
+    }
+}
+
+/// `<ms>-<seq>` is at most 20 digits, a dash and 20 digits.
+const STREAM_ID_MAX_LEN: usize = 41;
+
+impl StreamId {
+    /// Writes `<ms>-<seq>` into `buffer` and gives the bytes written.
+    fn write_to(self, buffer: &mut [u8; STREAM_ID_MAX_LEN]) -> &[u8] {
+        // Backwards from the end, seq first. Two u64s take at most 20 digits
+        // each, so with the dash `at` never goes below 0.
+        let mut at = STREAM_ID_MAX_LEN;
+        for (part, mut n) in [self.seq, self.ms].into_iter().enumerate() {
+            if part == 1 {
+                at -= 1;
+                buffer[at] = b'-';
+            }
+            loop {
+                at -= 1;
+                buffer[at] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        &buffer[at..]
+    }
+}
+
 /// Sends `command key member...` to replicas and the AOF (ZREM, LPUSH).
 pub fn replicate_members(ctx: &Context, command: &CStr, key: &Arg, members: &Members) {
     // SAFETY: "sv" is a string then a vector given as pointer and count; the
@@ -463,4 +575,28 @@ pub fn replicate_members(ctx: &Context, command: &CStr, key: &Arg, members: &Mem
             members.ptrs.len(),
         )
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ids_print_as_the_server_prints_them() {
+        let mut buffer = [0u8; STREAM_ID_MAX_LEN];
+        for (ms, seq, want) in [
+            (0, 0, "0-0"),
+            (1, 2, "1-2"),
+            (1_796_100_416_178, 0, "1796100416178-0"),
+            (10, 10, "10-10"),
+            (
+                u64::MAX,
+                u64::MAX,
+                "18446744073709551615-18446744073709551615",
+            ),
+        ] {
+            let id = StreamId { ms, seq };
+            assert_eq!(id.write_to(&mut buffer), want.as_bytes());
+        }
+    }
 }

@@ -51,6 +51,12 @@ pub fn auto_error() {
     AUTO_ERRORS.fetch_add(1, Relaxed);
 }
 
+/// Members moved by a promote that then failed (a stream out of IDs): they
+/// count as moved, the call does not count as completed.
+pub fn promoted_partly(moved: u64) {
+    PROMOTED.fetch_add(moved, Relaxed);
+}
+
 /// Starts every counter from zero. Called at load: after `MODULE UNLOAD` the
 /// library can stay mapped (a thread-local destructor of the random
 /// generator pins it), and a reload would otherwise resume the old counts.

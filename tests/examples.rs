@@ -172,53 +172,71 @@ fn worker_args(server: &Server, queue: &str, jobs: usize, name: &str) -> Vec<Str
     .collect()
 }
 
-fn spawn_rust(server: &Server, queue: &str, jobs: usize, name: &str) -> (String, Child) {
-    let child = Command::new(rust_worker())
+/// A worker program.
+#[derive(Clone, Copy)]
+enum Lang {
+    Rust,
+    Python(&'static Path),
+    /// The directory worker.mjs runs from (its packages installed there).
+    Node(&'static Path),
+}
+
+/// Starts a worker with the common arguments and `extra` ones.
+fn spawn(
+    lang: Lang,
+    server: &Server,
+    queue: &str,
+    jobs: usize,
+    name: &str,
+    extra: &[&str],
+) -> (String, Child) {
+    let mut cmd = match lang {
+        Lang::Rust => Command::new(rust_worker()),
+        Lang::Python(python) => {
+            let mut cmd = Command::new(python);
+            cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/worker.py"))
+                .env("PYTHONUNBUFFERED", "1");
+            cmd
+        }
+        Lang::Node(dir) => {
+            let mut cmd = Command::new(node::node());
+            cmd.arg(dir.join("worker.mjs")).current_dir(dir);
+            cmd
+        }
+    };
+    let child = cmd
         .args(worker_args(server, queue, jobs, name))
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start the rust worker");
+        .unwrap_or_else(|e| panic!("start worker {name}: {e}"));
     (name.to_string(), child)
+}
+
+fn spawn_rust(server: &Server, queue: &str, jobs: usize, name: &str) -> (String, Child) {
+    spawn(Lang::Rust, server, queue, jobs, name, &[])
 }
 
 fn spawn_node(
-    node_dir: &Path,
+    node_dir: &'static Path,
     server: &Server,
     queue: &str,
     jobs: usize,
     name: &str,
 ) -> (String, Child) {
-    let child = Command::new(node::node())
-        .arg(node_dir.join("worker.mjs"))
-        .args(worker_args(server, queue, jobs, name))
-        .current_dir(node_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the node worker");
-    (name.to_string(), child)
+    spawn(Lang::Node(node_dir), server, queue, jobs, name, &[])
 }
 
 fn spawn_python(
-    python: &Path,
+    python: &'static Path,
     server: &Server,
     queue: &str,
     jobs: usize,
     name: &str,
 ) -> (String, Child) {
-    let child = Command::new(python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/worker.py"))
-        .args(worker_args(server, queue, jobs, name))
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the python worker");
-    (name.to_string(), child)
+    spawn(Lang::Python(python), server, queue, jobs, name, &[])
 }
 
 /// Waits for every worker and asserts each exited 0; kills them all (by pid)
@@ -262,9 +280,68 @@ fn wait_all(mut workers: Vec<(String, Child)>) -> Vec<String> {
     outs
 }
 
+/// Seeds `job-0` .. `job-(n-1)` the way the workers' default layout takes
+/// them: the consumer group first (the protocol's step 1), then one stream
+/// entry `job <name>` each.
 fn seed(con: &mut Connection, queue: &str, n: usize) {
+    let pending = format!("{{{queue}}}:pending");
+    let created: RedisResult<()> =
+        cmd!("XGROUP", "CREATE", &pending, "workers", "$", "MKSTREAM").query(con);
+    // Workers started first create the group themselves.
+    if let Err(e) = created {
+        assert_eq!(e.code(), Some("BUSYGROUP"), "{e}");
+    }
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.add_command(cmd!("XADD", &pending, "*", "job", format!("job-{i}")))
+            .ignore();
+    }
+    let _: () = pipe.query(con).unwrap();
+}
+
+/// Seeds the list layout: `job-0` .. `job-(n-1)` pushed onto a list.
+fn seed_list(con: &mut Connection, queue: &str, n: usize) {
     let jobs: Vec<String> = (0..n).map(|i| format!("job-{i}")).collect();
     let _: i64 = q!(con, "LPUSH", format!("{{{queue}}}:pending"), &jobs);
+}
+
+/// Waits until the group `workers` of `queue`'s stream has `n` consumers.
+fn wait_consumers(con: &mut Connection, queue: &str, n: usize) {
+    let pending = format!("{{{queue}}}:pending");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let consumers: RedisResult<Vec<Value>> =
+            cmd!("XINFO", "CONSUMERS", &pending, "workers").query(con);
+        if consumers.is_ok_and(|c| c.len() >= n) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the workers' consumers did not join"
+        );
+        sleep(Duration::from_millis(20));
+    }
+}
+
+/// Nothing left in `pending`: an empty list, or a stream whose entries were
+/// all acknowledged and deleted.
+fn assert_pending_drained(con: &mut Connection, queue: &str) {
+    let pending = format!("{{{queue}}}:pending");
+    let kind: String = q!(con, "TYPE", &pending);
+    let left: i64 = match kind.as_str() {
+        "stream" => {
+            let summary: Vec<Value> = q!(con, "XPENDING", &pending, "workers");
+            assert_eq!(
+                summary.first(),
+                Some(&Value::Int(0)),
+                "unacknowledged: {summary:?}"
+            );
+            q!(con, "XLEN", &pending)
+        }
+        "list" | "none" => q!(con, "LLEN", &pending),
+        other => panic!("{pending} is a {other}"),
+    };
+    assert_eq!(left, 0, "work left in {pending}");
 }
 
 fn failures(i: usize) -> u64 {
@@ -293,9 +370,7 @@ fn check_exactly_once_promoted_by(
     promoted_field: &str,
 ) -> BTreeMap<String, u64> {
     let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
-    let done: Vec<String> = q!(con, "LRANGE", key("done"), 0, -1);
-    let unique: HashSet<&String> = done.iter().collect();
-    assert_eq!(unique.len(), done.len(), "a job was done twice");
+    let done: Vec<String> = q!(con, "SMEMBERS", key("done"));
     let dead: Vec<String> = q!(con, "ZRANGE", key("dead"), 0, -1);
     let job = |i: usize| format!("job-{i}");
     let want_done: HashSet<String> = (0..n).filter(|&i| !dies(i)).map(job).collect();
@@ -316,9 +391,9 @@ fn check_exactly_once_promoted_by(
             job(i)
         );
     }
-    let pending: i64 = q!(con, "LLEN", key("pending"));
+    assert_pending_drained(con, queue);
     let scheduled: i64 = q!(con, "ZCARD", key("schedule"));
-    assert_eq!((pending, scheduled), (0, 0), "work left behind");
+    assert_eq!(scheduled, 0, "work left scheduled");
 
     // Each failure but a last one was one jittered ECHO.RETRY that scheduled,
     // promoted once; each last failure one dead-lettering ECHO.RETRY.
@@ -343,8 +418,13 @@ fn check_exactly_once_promoted_by(
         );
     }
 
+    // done is a set: a job done twice would show only in the completions
     let by: BTreeMap<String, u64> = q!(con, "HGETALL", key("done-by"));
-    assert_eq!(by.values().sum::<u64>(), want_done.len() as u64, "{by:?}");
+    assert_eq!(
+        by.values().sum::<u64>(),
+        want_done.len() as u64,
+        "a job was done twice: {by:?}"
+    );
     by
 }
 
@@ -364,13 +444,7 @@ fn run_workers(
 
 /// The python3 for the workers, or None after saying why `test` is skipped.
 fn python_or_skip(test: &str) -> Option<&'static Path> {
-    match python() {
-        Ok(p) => Some(p),
-        Err(why) => {
-            announce(&format!("SKIPPED {test}: {why}"));
-            None
-        }
-    }
+    node::or_skip(test, python().map_err(str::to_string))
 }
 
 #[test]
@@ -508,12 +582,13 @@ fn the_node_worker_seeds_and_stops_on_its_own() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // 50 jobs: 16 of them (i % 3 == 2) fail their last attempt
     assert!(
-        stdout.contains("50/50 done on queue 'solo-node'"),
+        stdout.contains("34/50 done and 16 dead on queue 'solo-node'"),
         "{stdout}"
     );
     let by = check_exactly_once(&mut con, "solo-node", 50);
-    assert_eq!(by.get("node-solo"), Some(&50), "{by:?}");
+    assert_eq!(by.get("node-solo"), Some(&34), "{by:?}");
 }
 
 #[test]
@@ -536,10 +611,10 @@ fn rust_python_and_node_workers_share_one_queue() {
     if let Some(python) = python {
         workers.push(spawn_python(python, &server, queue, n, "python"));
     }
-    // Seeded only once every consumer (3 per worker) waits in BRPOP: the
-    // server hands the first jobs to the blocked clients in turn, so each
-    // worker gets work however fast the others drain the queue.
-    wait_blocked_clients(&mut con, 3 * workers.len() as u32);
+    // Seeded only once every consumer (3 per worker) has joined the group:
+    // the stream hands the first jobs to the waiting readers in turn, so
+    // each worker gets work however fast the others drain the queue.
+    wait_consumers(&mut con, queue, 3 * workers.len());
     seed(&mut con, queue, n);
     wait_all(workers);
     let by = check_exactly_once(&mut con, queue, n);
@@ -551,4 +626,289 @@ fn rust_python_and_node_workers_share_one_queue() {
         );
     }
     println!("completions by worker: {by:?}");
+}
+
+#[test]
+fn the_list_layout_still_works_for_rust_and_python_workers() {
+    let (queue, n) = ("listed", 200);
+    let server = Server::start();
+    let mut con = server.conn();
+    seed_list(&mut con, queue, n);
+    let list = ["--layout", "list"];
+    let mut workers = vec![spawn(Lang::Rust, &server, queue, n, "rust-list", &list)];
+    if let Some(python) = python_or_skip("the Python half of the list layout test") {
+        workers.push(spawn(
+            Lang::Python(python),
+            &server,
+            queue,
+            n,
+            "python-list",
+            &list,
+        ));
+    }
+    wait_all(workers);
+    let kind: String = q!(&mut con, "TYPE", format!("{{{queue}}}:pending"));
+    assert_ne!(kind, "stream");
+    check_exactly_once(&mut con, queue, n);
+}
+
+/// The jobs the consumers of `worker` (named `<worker>-<i>`) hold
+/// unacknowledged: the group's pending entries, by job name.
+fn jobs_held(con: &mut Connection, queue: &str, worker: &str) -> HashSet<String> {
+    let pending = format!("{{{queue}}}:pending");
+    let consumers: Vec<Vec<Value>> = q!(con, "XINFO", "CONSUMERS", &pending, "workers");
+    let mut held = HashSet::new();
+    for fields in consumers {
+        let name = match fields.get(1) {
+            Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            other => panic!("XINFO CONSUMERS: {other:?}"),
+        };
+        if !name.starts_with(&format!("{worker}-")) {
+            continue;
+        }
+        let rows: Vec<(String, String, u64, u64)> =
+            q!(con, "XPENDING", &pending, "workers", "-", "+", 1000, &name);
+        for (id, ..) in rows {
+            let entries: Vec<(String, Vec<String>)> = q!(con, "XRANGE", &pending, &id, &id);
+            for (_, fields) in entries {
+                if let [field, job] = &fields[..] {
+                    assert_eq!(field, "job");
+                    held.insert(job.clone());
+                }
+            }
+        }
+    }
+    held
+}
+
+/// After workers were killed: every job done exactly once or dead, never
+/// both, nothing left behind, and a job taken more often than planned only
+/// if it was in flight at a kill. (Such a job's killed run used up an
+/// attempt without failing it, so its outcome may differ from the plan; every
+/// other job's is exactly as planned.)
+fn check_after_kills(con: &mut Connection, queue: &str, n: usize, in_flight: &HashSet<String>) {
+    let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
+    let job = |i: usize| format!("job-{i}");
+    let done: HashSet<String> = q!(con, "SMEMBERS", key("done"));
+    let dead: HashSet<String> = q!(con, "ZRANGE", key("dead"), 0, -1);
+    assert!(
+        done.is_disjoint(&dead),
+        "done and dead: {:?}",
+        done.intersection(&dead)
+    );
+    for i in 0..n {
+        let j = job(i);
+        assert!(done.contains(&j) || dead.contains(&j), "{j} lost");
+        if !in_flight.contains(&j) {
+            let attempts: Option<u64> = q!(con, "HGET", key("attempts"), &j);
+            assert_eq!(
+                dead.contains(&j),
+                dies(i),
+                "{j}: done or dead as planned (taken {attempts:?} times; in flight at kills: {in_flight:?})"
+            );
+        }
+    }
+    assert_eq!(done.len() + dead.len(), n, "only the seeded jobs");
+    assert_pending_drained(con, queue);
+    let scheduled: i64 = q!(con, "ZCARD", key("schedule"));
+    assert_eq!(scheduled, 0, "work left scheduled");
+    let by: BTreeMap<String, u64> = q!(con, "HGETALL", key("done-by"));
+    assert_eq!(
+        by.values().sum::<u64>(),
+        done.len() as u64,
+        "a job was completed twice: {by:?}"
+    );
+    let attempts: BTreeMap<String, u64> = q!(con, "HGETALL", key("attempts"));
+    let mut reruns = Vec::new();
+    for i in 0..n {
+        let planned = (failures(i) + 1).min(MAX_ATTEMPTS);
+        let taken = attempts.get(&job(i)).copied().unwrap_or(0);
+        assert!(
+            taken >= planned,
+            "{}: taken {taken} < planned {planned}",
+            job(i)
+        );
+        if taken > planned {
+            assert!(
+                in_flight.contains(&job(i)),
+                "{} ran again ({taken} takes, {planned} planned) but was in flight at no kill: {in_flight:?}",
+                job(i)
+            );
+            reruns.push(job(i));
+        }
+    }
+    assert_eq!(info_field(con, "echomq", "echomq_errors"), "0");
+    println!(
+        "in flight at a kill: {}; taken again: {}",
+        in_flight.len(),
+        reruns.len()
+    );
+}
+
+/// Workers in `langs` share a stream queue; three times, one that holds jobs
+/// (XPENDING) is SIGKILLed and replaced, while the others keep running.
+fn killed_workers_lose_nothing(test: &str, langs: &[Lang]) {
+    let (queue, n) = ("crash", 240);
+    let server = Server::start();
+    let mut con = server.conn();
+    seed(&mut con, queue, n);
+    // Jobs take 15 ms, so a kill usually finds some in flight; a 400 ms
+    // lease lets the survivors take them over quickly; the poison bound is
+    // out of the way (three kills cannot deliver one entry ten times).
+    let extra = [
+        "--work-ms",
+        "15",
+        "--lease-ms",
+        "400",
+        "--max-deliveries",
+        "10",
+        "--consumers",
+        "2",
+    ];
+    let mut live: Vec<(Lang, String, Child)> = langs
+        .iter()
+        .enumerate()
+        .map(|(i, &lang)| {
+            let (name, child) = spawn(lang, &server, queue, n, &format!("{test}-w{i}"), &extra);
+            (lang, name, child)
+        })
+        .collect();
+    let mut in_flight = HashSet::new();
+    let mut kills = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kills < 3 {
+        assert!(Instant::now() < deadline, "no worker held a job to kill");
+        sleep(Duration::from_millis(150));
+        let victim = kills % live.len();
+        let (lang, name, child) = &mut live[victim];
+        if jobs_held(&mut con, queue, name).is_empty() {
+            continue;
+        }
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        // Its pending entries are frozen now: exactly the jobs it had in flight.
+        let held = jobs_held(&mut con, queue, name);
+        announce(&format!(
+            "{test}: killed {name} holding {} job(s)",
+            held.len()
+        ));
+        in_flight.extend(held);
+        kills += 1;
+        let lang = *lang;
+        let replacement = format!("{test}-r{kills}");
+        let (name, child) = spawn(lang, &server, queue, n, &replacement, &extra);
+        live[victim] = (lang, name, child);
+    }
+    assert!(!in_flight.is_empty(), "no kill found a job in flight");
+    wait_all(
+        live.into_iter()
+            .map(|(_, name, child)| (name, child))
+            .collect(),
+    );
+    check_after_kills(&mut con, queue, n, &in_flight);
+}
+
+#[test]
+fn rust_workers_killed_mid_job_lose_nothing() {
+    killed_workers_lose_nothing("rust-kill", &[Lang::Rust, Lang::Rust, Lang::Rust]);
+}
+
+#[test]
+fn rust_python_and_node_workers_killed_mid_job_lose_nothing() {
+    let test = "rust_python_and_node_workers_killed_mid_job_lose_nothing";
+    let Some(python) = python_or_skip(test) else {
+        return;
+    };
+    let Some(node_dir) = node::or_skip(test, node::node_dir()) else {
+        return;
+    };
+    killed_workers_lose_nothing(
+        "mixed-kill",
+        &[Lang::Rust, Lang::Python(python), Lang::Node(node_dir)],
+    );
+}
+
+#[test]
+fn a_job_that_kills_its_workers_ends_dead_and_the_rest_complete() {
+    let (queue, n, poison) = ("poison", 60, "job-7");
+    let server = Server::start();
+    let mut con = server.conn();
+    seed(&mut con, queue, n);
+    let extra = [
+        "--crash-on",
+        poison,
+        "--max-deliveries",
+        "2",
+        "--lease-ms",
+        "300",
+        // one consumer per process: a crash takes no other claimed entry
+        // with it
+        "--consumers",
+        "1",
+    ];
+    let test = "a_job_that_kills_its_workers_ends_dead_and_the_rest_complete";
+    let mut langs = vec![Lang::Rust];
+    if let Some(python) = python_or_skip(test) {
+        langs.push(Lang::Python(python));
+    }
+    if let Some(dir) = node::or_skip(test, node::node_dir()) {
+        langs.push(Lang::Node(dir));
+    }
+    let mut live: Vec<(Lang, String, Child)> = Vec::new();
+    for (i, &lang) in langs.iter().enumerate() {
+        let (name, child) = spawn(lang, &server, queue, n, &format!("poison-w{i}"), &extra);
+        live.push((lang, name, child));
+    }
+    // A worker that takes the poison job aborts; start another in its place.
+    let mut crashes = 0;
+    let mut finished = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !live.is_empty() {
+        assert!(Instant::now() < deadline, "workers did not finish");
+        let mut i = 0;
+        while i < live.len() {
+            match live[i].2.try_wait().expect("try_wait") {
+                None => i += 1,
+                Some(status) if status.success() => {
+                    let (_, name, child) = live.remove(i);
+                    finished.push((name, child));
+                }
+                Some(status) => {
+                    crashes += 1;
+                    assert!(crashes <= 4, "too many crashes: the poison job loops");
+                    let lang = live[i].0;
+                    announce(&format!("poison: {} exited with {status}", live[i].1));
+                    let (name, child) = spawn(
+                        lang,
+                        &server,
+                        queue,
+                        n,
+                        &format!("poison-r{crashes}"),
+                        &extra,
+                    );
+                    live[i] = (lang, name, child);
+                }
+            }
+        }
+        sleep(Duration::from_millis(20));
+    }
+    wait_all(finished);
+    // delivered once and taken over once, each time killing its worker; the
+    // third delivery is over the bound of 2 and is failed unrun: dead
+    assert_eq!(crashes, 2, "crashes");
+    let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
+    let dead: HashSet<String> = q!(&mut con, "ZRANGE", key("dead"), 0, -1);
+    let done: HashSet<String> = q!(&mut con, "SMEMBERS", key("done"));
+    assert!(dead.contains(poison) && !done.contains(poison));
+    let job = |i: usize| format!("job-{i}");
+    let want_done: HashSet<String> = (0..n)
+        .filter(|&i| !dies(i))
+        .map(job)
+        .filter(|j| j != poison)
+        .collect();
+    let mut want_dead: HashSet<String> = (0..n).filter(|&i| dies(i)).map(job).collect();
+    want_dead.insert(poison.into());
+    assert_eq!(done, want_done);
+    assert_eq!(dead, want_dead);
+    assert_pending_drained(&mut con, queue);
 }
