@@ -32,7 +32,7 @@ web: build
 # Unit and property tests, then integration tests against real servers; then
 # the core suites again against Redis 7 when redis-server is installed (CI
 # installs it).
-REDIS_SUITES := --test commands --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams
+REDIS_SUITES := --test commands --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction
 test: build
 	$(CARGO) test --release --workspace
 	@if command -v redis-server >/dev/null 2>&1; then \

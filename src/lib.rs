@@ -6,6 +6,7 @@ mod auto_promote;
 mod clock;
 mod cluster;
 mod commands;
+mod eviction;
 mod keys;
 mod parse;
 mod policy;

@@ -104,4 +104,6 @@ pub extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: std::os:
     ] {
         raw::add_info_field_unsigned_long_long(ctx, name, counter.load(Relaxed));
     }
+    // A gauge, not a counter: whether maxmemory-policy spares queue keys.
+    raw::add_info_field_unsigned_long_long(ctx, "eviction_policy_safe", crate::eviction::safe());
 }

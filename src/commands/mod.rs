@@ -10,7 +10,8 @@ pub mod spread;
 use redis_module::{raw, Context, RedisString, Status};
 
 /// Called once when the module loads: registers the commands, the INFO
-/// section and the auto-promote configs (which may arm the timer).
+/// section, the eviction guard and the auto-promote configs (which may arm
+/// the timer).
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // The crate's INFO helpers call these without checking; keys.rs lists its own.
     // SAFETY: copies pointers written once at load.
@@ -44,6 +45,10 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     crate::stats::reset();
     if let Err(why) = register::register(ctx, crate::COMMANDS) {
+        ctx.log_warning(&format!("echomq: {why}"));
+        return Status::Err;
+    }
+    if let Err(why) = crate::eviction::init(ctx) {
         ctx.log_warning(&format!("echomq: {why}"));
         return Status::Err;
     }
