@@ -492,17 +492,13 @@ fn rust_and_python_workers_share_one_queue() {
     println!("completions by worker: {by:?}");
 }
 
-#[test]
-fn the_rust_worker_seeds_and_stops_on_its_own() {
-    // The standalone use from the example's doc comment: --seed, then done.
+/// The standalone use from the workers' doc comments: `--seed`, then done
+/// once every job is done or dead.
+fn seeds_and_stops_on_its_own(lang: Lang, queue: &str, name: &str) {
     let server = Server::start();
     let mut con = server.conn();
-    let mut args = worker_args(&server, "solo", 50, "solo");
-    args.push("--seed".into());
-    let out = Command::new(rust_worker())
-        .args(&args)
-        .output()
-        .expect("run worker");
+    let (_, child) = spawn(lang, &server, queue, 50, name, &["--seed"]);
+    let out = child.wait_with_output().expect("wait for the worker");
     assert!(
         out.status.success(),
         "{}",
@@ -510,11 +506,15 @@ fn the_rust_worker_seeds_and_stops_on_its_own() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     // 50 jobs: 16 of them (i % 3 == 2) fail their last attempt
-    assert!(
-        stdout.contains("34/50 done and 16 dead on queue 'solo'"),
-        "{stdout}"
-    );
-    check_exactly_once(&mut con, "solo", 50);
+    let want = format!("34/50 done and 16 dead on queue '{queue}'");
+    assert!(stdout.contains(&want), "{stdout}");
+    let by = check_exactly_once(&mut con, queue, 50);
+    assert_eq!(by.get(name), Some(&34), "{by:?}");
+}
+
+#[test]
+fn the_rust_worker_seeds_and_stops_on_its_own() {
+    seeds_and_stops_on_its_own(Lang::Rust, "solo", "solo");
 }
 
 /// `--no-promoter` (and ECHOMQ_NO_PROMOTER=1 for Python): no worker calls
@@ -561,34 +561,20 @@ fn workers_without_a_promoter_rely_on_the_servers_auto_promotion() {
 }
 
 #[test]
+fn the_python_worker_seeds_and_stops_on_its_own() {
+    let Some(python) = python_or_skip("the_python_worker_seeds_and_stops_on_its_own") else {
+        return;
+    };
+    seeds_and_stops_on_its_own(Lang::Python(python), "solo-py", "python-solo");
+}
+
+#[test]
 fn the_node_worker_seeds_and_stops_on_its_own() {
     let test = "the_node_worker_seeds_and_stops_on_its_own";
     let Some(dir) = node::or_skip(test, node::node_dir()) else {
         return;
     };
-    let server = Server::start();
-    let mut con = server.conn();
-    let mut args = worker_args(&server, "solo-node", 50, "node-solo");
-    args.push("--seed".into());
-    let out = Command::new(node::node())
-        .arg(dir.join("worker.mjs"))
-        .args(&args)
-        .current_dir(dir)
-        .output()
-        .expect("run node");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    // 50 jobs: 16 of them (i % 3 == 2) fail their last attempt
-    assert!(
-        stdout.contains("34/50 done and 16 dead on queue 'solo-node'"),
-        "{stdout}"
-    );
-    let by = check_exactly_once(&mut con, "solo-node", 50);
-    assert_eq!(by.get("node-solo"), Some(&34), "{by:?}");
+    seeds_and_stops_on_its_own(Lang::Node(dir), "solo-node", "node-solo");
 }
 
 #[test]
