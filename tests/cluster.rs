@@ -13,10 +13,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
@@ -1273,41 +1272,6 @@ fn resharding_a_queue_while_the_timer_runs_keeps_every_job_once() {
     assert!(echomq_stat(&mut on_a, "echomq_auto_promoted") >= 20);
     let left_on_a: i64 = q!(&mut on_a, "CLUSTER", "COUNTKEYSINSLOT", slot);
     assert_eq!(left_on_a, 0);
-}
-
-/// The release build of examples/worker.rs. `cargo test` builds the examples
-/// already; building here as well covers `cargo test --test cluster` alone
-/// and a stale binary (a no-op when it is fresh).
-fn rust_worker() -> PathBuf {
-    static WORKER: OnceLock<PathBuf> = OnceLock::new();
-    WORKER
-        .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let out = Command::new(cargo)
-                .args(["build", "--release", "--quiet", "--example", "worker"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .expect("run cargo");
-            assert!(
-                out.status.success(),
-                "cargo build --example worker failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            // target/<profile>/deps/<this test> -> target/
-            let target = match std::env::var_os("CARGO_TARGET_DIR") {
-                Some(dir) => Path::new(env!("CARGO_MANIFEST_DIR")).join(dir),
-                None => std::env::current_exe()
-                    .expect("current exe")
-                    .ancestors()
-                    .nth(3)
-                    .expect("target dir")
-                    .to_path_buf(),
-            };
-            let path = target.join("release/examples/worker");
-            assert!(path.exists(), "{} is missing", path.display());
-            path
-        })
-        .clone()
 }
 
 /// One examples/worker process (stream layout) on one node: a plain

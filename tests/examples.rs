@@ -23,41 +23,6 @@ const FAIL_FIRST: u64 = 2;
 const MAX_ATTEMPTS: u64 = 2;
 const POLICY: &str = "jitter:exponential:50:2000";
 
-/// The target directory this test binary was built into (target/<profile>/deps/..).
-fn target_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    exe.ancestors()
-        .nth(3)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
-}
-
-/// The release build of examples/worker.rs. `cargo test` builds examples
-/// already; building here as well covers `cargo test --test examples`, which
-/// does not, and a stale binary.
-fn rust_worker() -> &'static Path {
-    static WORKER: OnceLock<PathBuf> = OnceLock::new();
-    WORKER.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--release", "--quiet", "--example", "worker"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "cargo build --example worker failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = target_dir().join("release/examples/worker");
-        assert!(path.exists(), "{} is missing", path.display());
-        path
-    })
-}
-
 /// A python3 that can import `valkey` (or `redis`): the system one, else a
 /// venv under target/ with `valkey` installed into it. Err says why not, and
 /// the Python tests then pass after saying they were skipped.

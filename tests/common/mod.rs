@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -504,4 +505,39 @@ pub fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection))
             payload.replace(prefix, "")
         ));
     }
+}
+
+/// The target directory this test binary was built into (target/<profile>/deps/..).
+pub fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+/// The release build of examples/worker.rs. `cargo test` builds examples
+/// already; building here as well covers `cargo test --test examples`, or `--test cluster`,
+/// which do not, and a stale binary.
+pub fn rust_worker() -> &'static Path {
+    static WORKER: OnceLock<PathBuf> = OnceLock::new();
+    WORKER.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "--release", "--quiet", "--example", "worker"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "cargo build --example worker failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = target_dir().join("release/examples/worker");
+        assert!(path.exists(), "{} is missing", path.display());
+        path
+    })
 }
