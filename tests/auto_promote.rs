@@ -562,6 +562,23 @@ fn a_wrong_typed_pair_is_skipped_counted_logged_once_and_others_still_served() {
     assert_eq!(stat(&mut con, "errors"), 0, "not a command error");
 }
 
+/// Schedules `n` jobs (a multiple of 1000) all due already: one per ms up
+/// to the server's now, in ZADDs of 1000.
+fn fill_due(con: &mut Connection, n: usize) {
+    let now_ms = server_time_ms(con);
+    let mut fill = redis::pipe();
+    for chunk in 0..n / 1000 {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(SCHEDULE);
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            zadd.arg(now_ms - n as i64 + i as i64)
+                .arg(format!("job-{i:06}"));
+        }
+        fill.add_command(zadd).ignore();
+    }
+    let _: () = fill.query(con).expect("fill");
+}
+
 /// Must show 6: a backlog of 100k due jobs drains in chained full-batch
 /// ticks (the 200 ms interval would take 20 s), while another client's PING
 /// is answered between them.
@@ -570,19 +587,7 @@ fn a_100k_backlog_drains_at_full_speed_while_ping_stays_fast() {
     const N: usize = 100_000;
     let server = Server::start();
     let mut con = server.conn();
-    let now_ms = server_time_ms(&mut con);
-    // Due 100 s ago up to now, one per ms, in 100 ZADDs of 1000.
-    let mut fill = redis::pipe();
-    for chunk in 0..N / 1000 {
-        let mut zadd = redis::cmd("ZADD");
-        zadd.arg(SCHEDULE);
-        for i in chunk * 1000..(chunk + 1) * 1000 {
-            zadd.arg(now_ms - N as i64 + i as i64)
-                .arg(format!("job-{i:06}"));
-        }
-        fill.add_command(zadd).ignore();
-    }
-    let _: () = fill.query(&mut con).expect("fill");
+    fill_due(&mut con, N);
     let _: () = q!(
         &mut con,
         "CONFIG",
@@ -660,18 +665,7 @@ fn sigkill_mid_drain_with_appendfsync_always_loses_and_duplicates_nothing() {
         .arg("echomq.auto-promote-limit", "50");
     let mut server = Server::start_in(options.clone(), &dir.0);
     let mut con = server.conn();
-    let now_ms = server_time_ms(&mut con);
-    let mut fill = redis::pipe();
-    for chunk in 0..N / 1000 {
-        let mut zadd = redis::cmd("ZADD");
-        zadd.arg(SCHEDULE);
-        for i in chunk * 1000..(chunk + 1) * 1000 {
-            zadd.arg(now_ms - N as i64 + i as i64)
-                .arg(format!("job-{i:06}"));
-        }
-        fill.add_command(zadd).ignore();
-    }
-    let _: () = fill.query(&mut con).expect("fill");
+    fill_due(&mut con, N);
     configure(&mut con, &format!("{SCHEDULE} {PENDING}"));
     wait_until("the drain started", Duration::from_secs(20), || {
         let len: i64 = q!(&mut con, "LLEN", PENDING);
