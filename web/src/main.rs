@@ -5,11 +5,14 @@
 //!     --queue orders [--queue NAME ...] [--window-ms 60000] [--buckets 60]
 //! ```
 //!
-//! `GET /` is the page, `GET /api/queues` the JSON it polls.
+//! `GET /` is the page, `GET /api/queues` the JSON it polls, `GET /metrics`
+//! the same snapshot for Prometheus.
 
+mod metrics;
 mod render;
 mod snapshot;
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +39,7 @@ const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR
   --buckets N      in N buckets, 1..=10000 (default 60)";
 
 /// The page waits this long for the server before it shows an error: a scrape
-/// is two round trips, so anything longer means the server is gone or stuck.
+/// is three round trips, so anything longer means the server is gone or stuck.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -163,6 +166,21 @@ async fn api_queues(State(app): State<Arc<App>>) -> Response {
     }
 }
 
+/// Always 200: a failed scrape is `echomq_up 0`, which is what an alert on
+/// the server's absence looks for (a non-200 would only say echomq-web failed).
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let snapshot = app.snapshot().await.ok();
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, metrics::CONTENT_TYPE),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        metrics::exposition(snapshot.as_ref()),
+    )
+        .into_response()
+}
+
 async fn page() -> Html<&'static str> {
     Html(include_str!("page.html"))
 }
@@ -171,6 +189,7 @@ fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/api/queues", get(api_queues))
+        .route("/metrics", get(metrics))
         .with_state(app)
 }
 
@@ -203,12 +222,20 @@ async fn main() {
         }
     };
     let addr: Option<SocketAddr> = listener.local_addr().ok();
-    // Tests and scripts read the bound address from this line (with port 0).
-    println!(
+    // Tests and scripts read the bound address from this line (with port 0),
+    // so it stays one line: a queue name's control characters are escaped.
+    // Written without println!, which would panic if the reader has gone.
+    let names: Vec<String> = cfg
+        .queues
+        .iter()
+        .map(|q| q.escape_default().to_string())
+        .collect();
+    let _ = writeln!(
+        std::io::stdout(),
         "echomq-web: listening on http://{}/ for {} (queues: {}{})",
         addr.map_or(cfg.listen.clone(), |a| a.to_string()),
         cfg.url,
-        cfg.queues.join(", "),
+        names.join(", "),
         if cfg.queues.is_empty() {
             "those of echomq.auto-promote"
         } else {
