@@ -1054,9 +1054,29 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
 fn metrics_say_echomq_up_0_with_status_200_without_the_server() {
     let mut server = Server::start();
     let web = Web::start(&server.url(), &["--queue", "q"]);
+    let mut con = server.conn();
+    let _: i64 = q!(&mut con, "ZADD", "{q}:schedule", 1, "j");
+    let _: () = q!(&mut con, "CONFIG", "RESETSTAT");
     let (status, text) = web.get("/metrics");
     assert_eq!(status, 200);
     assert!(text.lines().any(|l| l == "echomq_up 1"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l == r#"echomq_queue_due{queue="q"} 1"#),
+        "{text}"
+    );
+    // /metrics exports no histogram, so it asks for none: the spreads are
+    // nearly all of a scrape's server time.
+    let stats: String = q!(&mut con, "INFO", "commandstats");
+    let stats = stats.to_lowercase();
+    assert!(!stats.contains("cmdstat_echo.spread"), "{stats}");
+    web.api();
+    let again: String = q!(&mut con, "INFO", "commandstats");
+    assert!(
+        again.to_lowercase().contains("cmdstat_echo.spread"),
+        "{again}"
+    );
+    assert!(stats.contains("cmdstat_zcount"), "{stats}");
     server.stop();
     for _ in 0..2 {
         // The dropped connection, then a refused one: both are echomq_up 0.

@@ -132,7 +132,7 @@ impl App {
         *self.con.lock().await = None;
     }
 
-    async fn snapshot(&self) -> Result<snapshot::Snapshot, String> {
+    async fn snapshot(&self, with_spread: bool) -> Result<snapshot::Snapshot, String> {
         let scrape = async {
             let mut con = self.connection().await?;
             snapshot::collect(
@@ -140,6 +140,7 @@ impl App {
                 &self.cfg.queues,
                 self.cfg.window_ms,
                 self.cfg.buckets,
+                with_spread,
             )
             .await
         };
@@ -155,7 +156,7 @@ impl App {
 
 async fn api_queues(State(app): State<Arc<App>>) -> Response {
     let no_store = [(header::CACHE_CONTROL, "no-store")];
-    match app.snapshot().await {
+    match app.snapshot(true).await {
         Ok(s) => (StatusCode::OK, no_store, Json(render::queues_json(&s))).into_response(),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -169,7 +170,9 @@ async fn api_queues(State(app): State<Arc<App>>) -> Response {
 /// Always 200: a failed scrape is `echomq_up 0`, which is what an alert on
 /// the server's absence looks for (a non-200 would only say echomq-web failed).
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let snapshot = app.snapshot().await.ok();
+    // Without the spreads: they are not exported, and they are nearly all of
+    // a scrape's server time.
+    let snapshot = app.snapshot(false).await.ok();
     (
         StatusCode::OK,
         [

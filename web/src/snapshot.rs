@@ -48,6 +48,7 @@ pub struct Counts {
     /// yet acknowledged, summed over its consumer groups. 0 for a list.
     pub in_flight: i64,
     pub dead: i64,
+    /// ECHO.SPREAD's buckets; empty in a snapshot taken without them.
     pub spread: Vec<i64>,
 }
 
@@ -286,11 +287,16 @@ fn next<'a>(it: &mut impl Iterator<Item = &'a Value>) -> Result<&'a Value, Strin
 /// a scrape never fails a command: a misconfigured queue does not bump the
 /// server's error stats nor `echomq_errors` (ECHO.SPREAD on a wrong type
 /// would), and scraping changes no number it reports.
+///
+/// `with_spread` false leaves ECHO.SPREAD out (each `spread` is then empty):
+/// /metrics shows no histogram, and the spreads are nearly all of a scrape's
+/// server time (one range count per bucket per queue).
 pub async fn collect(
     con: &mut MultiplexedConnection,
     cli_queues: &[String],
     window_ms: i64,
     buckets: u32,
+    with_spread: bool,
 ) -> Result<Snapshot, RedisError> {
     let first: Vec<Value> = redis::pipe()
         .ignore_errors()
@@ -365,12 +371,15 @@ pub async fn collect(
         if schedule == &Ok(Read::Send) {
             pipe.cmd("ZCARD").arg(&k.schedule);
             pipe.cmd("ZCOUNT").arg(&k.schedule).arg("-inf").arg(now_ms);
-            pipe.cmd("ECHO.SPREAD")
-                .arg(&k.schedule)
-                .arg(window.start_ms)
-                .arg(window.end_ms)
-                .arg(buckets);
-            sent += 3;
+            sent += 2;
+            if with_spread {
+                pipe.cmd("ECHO.SPREAD")
+                    .arg(&k.schedule)
+                    .arg(window.start_ms)
+                    .arg(window.end_ms)
+                    .arg(buckets);
+                sent += 1;
+            }
         }
         match pending {
             Ok((Read::Send, true)) => {
@@ -411,10 +420,16 @@ pub async fn collect(
             // next queue reads its own.
             let schedule = schedule.map(|r| -> Result<(i64, i64, Vec<i64>), String> {
                 match r {
-                    Read::Missing => Ok((0, 0, vec![0; buckets as usize])),
+                    Read::Missing if with_spread => Ok((0, 0, vec![0; buckets as usize])),
+                    Read::Missing => Ok((0, 0, Vec::new())),
                     Read::Send => {
-                        let (a, b, c) = (next(&mut it), next(&mut it), next(&mut it));
-                        Ok((int(a?)?, int(b?)?, spread(c?)?))
+                        let (a, b) = (next(&mut it), next(&mut it));
+                        let c = if with_spread {
+                            spread(next(&mut it)?)?
+                        } else {
+                            Vec::new()
+                        };
+                        Ok((int(a?)?, int(b?)?, c))
                     }
                 }
             });
