@@ -78,6 +78,12 @@ impl Web {
     /// GET `path`: the status and the body. The agent's own timeout bounds a
     /// request that would hang; the API must answer well within it.
     fn get(&self, path: &str) -> (u16, String) {
+        let (status, _, body) = self.get_typed(path);
+        (status, body)
+    }
+
+    /// GET `path`: the status, the Content-Type and the body.
+    fn get_typed(&self, path: &str) -> (u16, String, String) {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(15)))
@@ -88,8 +94,14 @@ impl Web {
             .call()
             .unwrap_or_else(|e| panic!("GET {path}: {e}"));
         let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
         let body = resp.body_mut().read_to_string().expect("body");
-        (status, body)
+        (status, content_type, body)
     }
 
     fn api(&self) -> (u16, Json) {
@@ -976,8 +988,9 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
     promote(&mut con, "{none}:schedule", "{none}:pending");
     let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru");
 
-    let (status, text) = web.get("/metrics");
+    let (status, content_type, text) = web.get_typed("/metrics");
     assert_eq!(status, 200, "{text}");
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
     // The same moment: nothing changes between the two reads (no job falls
     // due, nothing is written, reading changes no counter).
     let (status, api) = web.api();
