@@ -6,8 +6,9 @@ MODULE := target/release/libechomq.so
 .PHONY: setup build run web test lint bench demo clean
 
 # Installs Valkey 8 and libclang when missing, and for the tests of the web
-# view and the Node.js worker, Node.js, npm and a headless Chromium
-# (scripts/setup.sh says what to install by hand where it cannot).
+# view and the Node.js worker, Node.js, npm, a headless Chromium and
+# Prometheus's promtool (scripts/setup.sh says what to install by hand where
+# it cannot).
 setup:
 	@bash scripts/setup.sh
 

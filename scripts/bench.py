@@ -14,7 +14,9 @@ Python 3 standard library only. Usage:
 
 import argparse
 import csv
+import http.client
 import io
+import json
 import multiprocessing
 import os
 import platform
@@ -164,9 +166,10 @@ FUTURE = 10_000
 
 
 class Bench:
-    def __init__(self, port, rounds, quick, worker=None):
+    def __init__(self, port, rounds, quick, worker=None, web=None):
         self.port = port
         self.worker = worker
+        self.web = web
         self.rounds = rounds
         self.quick = quick
         self.c = Conn(port)
@@ -691,6 +694,131 @@ class Bench:
                  samples=[u / b for u in xadd_us], fmt="%.3f")
 
     # ----------------------------------------------------------------------
+    def web_scrape(self):
+        """echomq-web scraping 500 queues (issue 14): half list queues, half
+        stream queues (group `workers`, entries delivered and not acked),
+        each with future and due members in its schedule, pending jobs and a
+        dead set. One echomq-web process (target/release/echomq-web) on a free
+        127.0.0.1 port, started by this script with --queue for each, and
+        timed from here over one keep-alive HTTP connection: each round
+        `k` GETs of /metrics and `k` of /api/queues (order rotating), wall
+        time per request (HTTP + the scrape + rendering), median over all.
+        Round trips per scrape: what echomq-web reports (`round_trips`, the
+        pipelines it sent); commands and server time per scrape: INFO
+        commandstats reset right before one /metrics scrape, read after."""
+        web = self.web
+        if not web or not os.path.exists(web):
+            raise RuntimeError("%s not found: cargo build --release --workspace" % web)
+        n_queues = 100 if self.quick else 500
+        k = 5 if self.quick else 20
+        self.c.call("FLUSHALL", "SYNC")
+        now = now_ms()
+        names = ["q%03d" % i for i in range(n_queues)]
+        for i, q in enumerate(names):
+            s, p, d = "{%s}:schedule" % q, "{%s}:pending" % q, "{%s}:dead" % q
+            cmds = [["ZADD", s] + [x for j in range(20) for x in (now + 30_000 + 1000 * j, "f%d" % j)],
+                    ["ZADD", s, now - 5000, "due0", now - 4000, "due1"],
+                    ["ZADD", d, now - 9000, "dead0"]]
+            if i % 2:
+                cmds += [["XGROUP", "CREATE", p, "workers", "$", "MKSTREAM"]]
+                cmds += [["XADD", p, "*", "job", "j%d" % j] for j in range(4)]
+                cmds += [["XREADGROUP", "GROUP", "workers", "c1", "COUNT", 2, "STREAMS", p, ">"]]
+            else:
+                cmds += [["LPUSH", p, "j0", "j1", "j2"]]
+            self.c.pipeline(cmds)
+        args = [web, "--url", "redis://127.0.0.1:%d/" % self.port, "--listen", "127.0.0.1:0"]
+        for q in names:
+            args += ["--queue", q]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = proc.stdout.readline()
+            url = next((w for w in line.split() if w.startswith("http://")), None)
+            if not url:
+                raise RuntimeError("echomq-web did not start: %r" % line)
+            hostport = url[len("http://"):].rstrip("/")
+            host, port = hostport.rsplit(":", 1)
+            hc = http.client.HTTPConnection(host, int(port), timeout=30)
+
+            def get(path):
+                t = time.perf_counter()
+                hc.request("GET", path)
+                r = hc.getresponse()
+                body = r.read()
+                ms = (time.perf_counter() - t) * 1000
+                if r.status != 200:
+                    raise RuntimeError("GET %s: %d %r" % (path, r.status, body[:200]))
+                return ms, body
+
+            # Checked once: every queue in both, nothing in error.
+            _, body = get("/metrics")
+            text = body.decode()
+            if "echomq_up 1" not in text.splitlines():
+                raise RuntimeError("echomq_up is not 1")
+            samples = sum(1 for l in text.splitlines() if l.startswith("echomq_queue_"))
+            if samples != 5 * n_queues:
+                raise RuntimeError("%d queue samples for %d queues" % (samples, n_queues))
+            _, body = get("/api/queues")
+            api = json.loads(body)
+            if len(api["queues"]) != n_queues or any("error" in q for q in api["queues"]):
+                raise RuntimeError("the API does not show every queue")
+            round_trips = api["round_trips"]
+            in_flight = sum(q["in_flight"] for q in api["queues"])
+            if in_flight != 2 * (n_queues // 2):
+                raise RuntimeError("in_flight %d" % in_flight)
+            for _ in range(3):
+                get("/metrics")
+                get("/api/queues")
+            times = {"/metrics": [], "/api/queues": []}
+            for r in range(self.rounds):
+                for path in rotate(list(times), r):
+                    for _ in range(k):
+                        times[path].append(get(path)[0])
+            # Commands and server time of one scrape, per endpoint.
+            srv = {p: [] for p in times}
+            spread_us = {p: [] for p in times}
+            cmds = {p: [] for p in times}
+            for _, path in ((r, p) for r in range(self.rounds) for p in times):
+                self.c.call("CONFIG", "RESETSTAT")
+                get(path)
+                st = cmdstats(self.c)
+                st.pop("config|resetstat", None)
+                # ECHO.SPREAD runs one ZCOUNT per bucket inside the server
+                # (60 buckets by default): counted by commandstats, not sent.
+                nested = st.get("echo.spread", (0, 0))[0] * 60
+                cmds[path].append(sum(c for c, _ in st.values()) - nested)
+                # The nested ZCOUNTs' time is inside ECHO.SPREAD's already:
+                # of ZCOUNT's, only the scrape's own calls (one per queue) count.
+                zc_calls, zc_us = st.pop("zcount", (0, 0))
+                own = zc_calls - nested
+                srv[path].append(sum(u for _, u in st.values())
+                                 + (zc_us * own / zc_calls if zc_calls else 0))
+                spread_us[path].append(st.get("echo.spread", (0, 0))[1])
+            hc.close()
+        finally:
+            proc.terminate()
+            proc.wait()
+        self.c.call("FLUSHALL", "SYNC")
+        section = ("echomq-web scrape of %d queues (%d list, %d stream), %d rounds × %d GETs"
+                   % (n_queues, n_queues - n_queues // 2, n_queues // 2, self.rounds, k))
+        for path, xs in times.items():
+            m = med(xs)
+            self.add(section, "GET %s, wall time per request" % path, "%.1f" % m, "ms",
+                     goal="< 100 ms: %s" % ("yes" if m < 100 else "NO"), samples=xs, fmt="%.1f")
+        self.add(section, "round trips to the server per scrape (echomq-web's round_trips)",
+                 round_trips, "round trips",
+                 goal="a handful: %s" % ("yes" if round_trips <= 5 else "NO"))
+        for path in times:
+            self.add(section, "GET %s: commands sent per scrape (INFO commandstats, less the "
+                     "ZCOUNTs run inside ECHO.SPREAD); server µs per scrape (nested ZCOUNTs "
+                     "counted once, inside ECHO.SPREAD)" % path, "%d" % med(cmds[path]),
+                     "commands", server_us="%.0f" % med(srv[path]), samples=cmds[path])
+        sp, total = med(spread_us["/api/queues"]), med(srv["/api/queues"])
+        self.add(section, "GET /api/queues: of which ECHO.SPREAD (one per queue, 60 buckets: 60 "
+                 "range counts each; /metrics sends none)", "%.0f" % sp, "server µs per scrape",
+                 server_us="%.0f" % sp,
+                 ratio="%.0f%% of the server time" % (100 * sp / total) if total else "",
+                 samples=spread_us["/api/queues"])
+
     def worker_layouts(self):
         """The Rust example worker (examples/worker.rs) end to end, stream
         layout against list layout (issue 13). Each run: N jobs seeded by
@@ -1183,15 +1311,17 @@ def main():
     ap.add_argument("--worker", default=os.path.join(HERE, "..", "target", "release", "examples",
                                                      "worker"),
                     help="the examples/worker binary, for the worker_layouts section")
+    ap.add_argument("--web", default=os.path.join(HERE, "..", "target", "release", "echomq-web"),
+                    help="the echomq-web binary, for the web_scrape section")
     ap.add_argument("--workload")
     ap.add_argument("--seconds", type=float, default=10)
     a = ap.parse_args()
     if a.workload:
         workload(a.port, a.workload, a.seconds)
         return
-    b = Bench(a.port, a.rounds, a.quick, a.worker)
+    b = Bench(a.port, a.rounds, a.quick, a.worker, a.web)
     sections = ["throughput", "retry_options", "promotion", "future_members", "latency", "spread",
-                "memory", "auto_promote", "promote_stream", "worker_layouts"]
+                "memory", "auto_promote", "promote_stream", "worker_layouts", "web_scrape"]
     if a.only:
         sections = [s for s in sections if s in a.only.split(",")]
     t0 = time.perf_counter()
@@ -1231,6 +1361,9 @@ def main():
           % b.rounds)
     print("(order rotating); jobs/s from the first to the last completion seen by SCARD polled every")
     print("2 ms.")
+    print("echomq-web: 500 queues; wall time per GET over one keep-alive connection, %d rounds"
+          % b.rounds)
+    print("(order rotating); commands and server µs of one scrape from INFO commandstats.")
     print()
     print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
     print("|---|---|---:|---:|---|---:|---|---|")

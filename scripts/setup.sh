@@ -6,6 +6,8 @@
 #   ECHOMQ_WITH_NODE=1     Node.js (18 or later) and npm (examples/worker.mjs and
 #                          the browser tests; their packages go to target/node)
 #   ECHOMQ_WITH_BROWSER=1  Debian's chromium-headless-shell (tests/web.rs's page tests)
+#   ECHOMQ_WITH_PROMTOOL=1 Prometheus's promtool, from Debian's prometheus package
+#                          (tests/web.rs checks echomq-web's /metrics with it)
 # Without them those tests say SKIPPED and why; in CI they fail instead.
 # On Debian 12 Valkey comes from bookworm-backports; on newer Debian/Ubuntu from the main suite.
 set -euo pipefail
@@ -24,6 +26,7 @@ fi
 [ "${CI:-}" = true ] && ECHOMQ_WITH_REDIS=${ECHOMQ_WITH_REDIS:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_NODE=${ECHOMQ_WITH_NODE:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_BROWSER=${ECHOMQ_WITH_BROWSER:-1}
+[ "${CI:-}" = true ] && ECHOMQ_WITH_PROMTOOL=${ECHOMQ_WITH_PROMTOOL:-1}
 optional=()
 if [ "${ECHOMQ_WITH_REDIS:-0}" = 1 ] && ! command -v redis-server >/dev/null 2>&1; then
   optional+=(redis-server)
@@ -36,6 +39,10 @@ fi
 if [ "${ECHOMQ_WITH_BROWSER:-0}" = 1 ] && [ -z "${ECHOMQ_CHROMIUM:-}" ] \
    && [ ! -x /usr/lib/chromium/chromium-headless-shell ] && [ ! -x /usr/lib/chromium/chromium ]; then
   optional+=(chromium-headless-shell)
+fi
+if [ "${ECHOMQ_WITH_PROMTOOL:-0}" = 1 ] && [ -z "${ECHOMQ_PROMTOOL:-}" ] \
+   && ! command -v promtool >/dev/null 2>&1; then
+  optional+=(prometheus)
 fi
 [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 can_install=1
@@ -76,11 +83,13 @@ if [ "${ID:-}" = debian ] && [ "${VERSION_CODENAME:-}" = bookworm ]; then
   backports=(-t bookworm-backports)
 fi
 apt-get update -q
-valkey_pkgs=() other_pkgs=()
+valkey_pkgs=() other_pkgs=() prom_pkgs=()
 for p in "${need[@]}"; do
-  case $p in valkey-*) valkey_pkgs+=("$p");; *) other_pkgs+=("$p");; esac
+  case $p in valkey-*) valkey_pkgs+=("$p");; prometheus) prom_pkgs+=("$p");; *) other_pkgs+=("$p");; esac
 done
 [ ${#valkey_pkgs[@]} -eq 0 ] || apt-get install "${apt_opts[@]}" "${backports[@]}" "${valkey_pkgs[@]}"
 [ ${#other_pkgs[@]} -eq 0 ] || apt-get install "${apt_opts[@]}" "${other_pkgs[@]}"
+# Only for promtool: not the recommended exporters.
+[ ${#prom_pkgs[@]} -eq 0 ] || apt-get install "${apt_opts[@]}" --no-install-recommends "${prom_pkgs[@]}"
 # The packaged service cannot start without systemd (containers); nothing here relies on it.
 command -v valkey-server >/dev/null 2>&1 || explain

@@ -2,7 +2,9 @@
 //! /api/queues checked exactly against queues built with known counts, and
 //! the page in headless Chromium (Debian's chromium-headless-shell, driven by
 //! playwright-core from target/node): the numbers and the drawn histogram in
-//! the rendered DOM, a screenshot, and an outage shown and recovered from.
+//! the rendered DOM, a screenshot, an outage shown and recovered from, and the
+//! eviction warning; and /metrics read by Prometheus's own `promtool check
+//! metrics` and by the parser of the Python client `prometheus_client`.
 
 mod common;
 mod node;
@@ -76,6 +78,12 @@ impl Web {
     /// GET `path`: the status and the body. The agent's own timeout bounds a
     /// request that would hang; the API must answer well within it.
     fn get(&self, path: &str) -> (u16, String) {
+        let (status, _, body) = self.get_typed(path);
+        (status, body)
+    }
+
+    /// GET `path`: the status, the Content-Type and the body.
+    fn get_typed(&self, path: &str) -> (u16, String, String) {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(15)))
@@ -86,8 +94,14 @@ impl Web {
             .call()
             .unwrap_or_else(|e| panic!("GET {path}: {e}"));
         let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
         let body = resp.body_mut().read_to_string().expect("body");
-        (status, body)
+        (status, content_type, body)
     }
 
     fn api(&self) -> (u16, Json) {
@@ -248,11 +262,14 @@ fn api_reports_known_counts_exactly() {
         "window": {"start_ms": now, "end_ms": now + 60_000, "ms": 60_000, "buckets": 60},
         "queues": [
             {"name": "orders", "scheduled": scheduled, "due": b.due, "pending": b.pending,
-             "dead": b.dead, "spread": spread},
-            {"name": "idle", "scheduled": 0, "due": 0, "pending": 0, "dead": 0, "spread": vec![0; 60]},
+             "in_flight": 0, "dead": b.dead, "spread": spread},
+            {"name": "idle", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": vec![0; 60]},
             {"name": "broken", "error": "WRONGTYPE Operation against a key holding the wrong kind of value"},
         ],
         "info": info,
+        "maxmemory_policy": "noeviction",
+        "eviction_policy_safe": true,
+        "round_trips": 3,
     });
     assert_eq!(got, want);
     // Reading the view wrote nothing and moved nothing.
@@ -509,7 +526,8 @@ const CARD_JS: &str = r#"(() => {
   const num = (f) => c.querySelector(`[data-field="${f}"] b`).textContent.replace(/[^0-9]/g, "");
   const path = c.querySelector("svg.spread path");
   const box = path.getBBox();
-  return { scheduled: +num("scheduled"), due: +num("due"), pending: +num("pending"), dead: +num("dead"),
+  return { scheduled: +num("scheduled"), due: +num("due"), pending: +num("pending"),
+           in_flight: +num("in_flight"), dead: +num("dead"),
            spread: c.querySelector("svg.spread").dataset.spread.split(",").map(Number),
            bars: (path.getAttribute("d").match(/M/g) || []).length,
            full_bars: (path.getAttribute("d").match(/V0\.00/g) || []).length,
@@ -647,4 +665,491 @@ fn the_page_shows_an_outage_and_recovers_in_chromium() {
     let stale = browser.call(json!({"op": "eval",
         "js": "document.getElementById('main').classList.contains('stale')"}));
     assert_eq!(stale, json!(false));
+}
+
+/// A stream queue in the workers' layout: the group `workers` (and a second
+/// group, `audit`) made first, `entries` jobs added, `workers` reading
+/// `delivered` of them without acknowledging, `audit` reading `audited`, and
+/// `done` of the workers' entries acknowledged and deleted (step 3 of the
+/// protocol). Returns (XLEN, the pending entries of both groups).
+fn stream_queue(
+    con: &mut Connection,
+    q: &str,
+    entries: usize,
+    delivered: usize,
+    audited: usize,
+    done: usize,
+) -> (i64, i64) {
+    let p = format!("{{{q}}}:pending");
+    for group in ["workers", "audit"] {
+        let _: () = q!(con, "XGROUP", "CREATE", &p, group, "$", "MKSTREAM");
+    }
+    for i in 0..entries {
+        let _: String = q!(con, "XADD", &p, "*", "job", format!("{q}-{i}"));
+    }
+    let read = |con: &mut Connection, group: &str, n: usize| -> Vec<String> {
+        if n == 0 {
+            return Vec::new();
+        }
+        let v: redis::Value = q!(
+            con,
+            "XREADGROUP",
+            "GROUP",
+            group,
+            "c1",
+            "COUNT",
+            n,
+            "STREAMS",
+            &p,
+            ">"
+        );
+        // [[key, [[id, [field, value]], ...]]]: the IDs.
+        let redis::Value::Array(streams) = v else {
+            panic!("XREADGROUP: {v:?}")
+        };
+        let redis::Value::Array(kv) = &streams[0] else {
+            panic!("XREADGROUP: {streams:?}")
+        };
+        let redis::Value::Array(items) = &kv[1] else {
+            panic!("XREADGROUP: {kv:?}")
+        };
+        items
+            .iter()
+            .map(|e| match e {
+                redis::Value::Array(e) => match &e[0] {
+                    redis::Value::BulkString(id) => String::from_utf8_lossy(id).into_owned(),
+                    other => panic!("id {other:?}"),
+                },
+                other => panic!("entry {other:?}"),
+            })
+            .collect()
+    };
+    let ids = read(con, "workers", delivered);
+    assert_eq!(ids.len(), delivered);
+    assert_eq!(read(con, "audit", audited).len(), audited);
+    for id in ids.iter().take(done) {
+        let mut tx = redis::pipe();
+        tx.atomic()
+            .cmd("XACK")
+            .arg(&p)
+            .arg("workers")
+            .arg(id)
+            .cmd("XDEL")
+            .arg(&p)
+            .arg(id);
+        let _: (i64, i64) = tx.query(con).expect("XACK, XDEL");
+    }
+    stream_queue_pending(con, &p)
+}
+
+#[test]
+fn api_counts_stream_and_list_pending_with_in_flight() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let web = Web::start(
+        &server.url(),
+        &[
+            "--queue", "s", "--queue", "l", "--queue", "e", "--queue", "m", "--queue", "bad",
+        ],
+    );
+    // 6 entries; workers took 4 and finished 1 (acked and deleted), audit took 2.
+    let (len, in_flight) = stream_queue(&mut con, "s", 6, 4, 2, 1);
+    assert_eq!((len, in_flight), (5, 3 + 2));
+    let _: i64 = q!(&mut con, "LPUSH", "{l}:pending", "a", "b", "c");
+    // A stream with its group and nothing in it yet; a missing key; a string.
+    let _: () = q!(
+        &mut con,
+        "XGROUP",
+        "CREATE",
+        "{e}:pending",
+        "workers",
+        "$",
+        "MKSTREAM"
+    );
+    let _: () = q!(&mut con, "SET", "{bad}:pending", "not a queue");
+    let _: i64 = q!(&mut con, "ZADD", "{s}:dead", 1, "d");
+    let errors_before = info_field(&mut con, "stats", "total_error_replies");
+    let (status, got) = web.api();
+    assert_eq!(status, 200, "{got}");
+    let zeros = vec![0; 60];
+    assert_eq!(
+        got["queues"],
+        json!([
+            {"name": "s", "scheduled": 0, "due": 0, "pending": 5, "in_flight": 5, "dead": 1, "spread": zeros},
+            {"name": "l", "scheduled": 0, "due": 0, "pending": 3, "in_flight": 0, "dead": 0, "spread": zeros},
+            {"name": "e", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": zeros},
+            {"name": "m", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": zeros},
+            {"name": "bad", "error": "WRONGTYPE Operation against a key holding the wrong kind of value"},
+        ]),
+        "{got}"
+    );
+    // Whatever the number of queues: TIME and configs, counts and TYPEs, lengths.
+    assert_eq!(got["round_trips"], json!(3));
+    // Reading a stream's groups acknowledges nothing and claims nothing.
+    assert_eq!(
+        stream_queue_pending(&mut con, "{s}:pending"),
+        (5, 5),
+        "unchanged by the scrape"
+    );
+    // Each `pending` is read as its TYPE says, so the scrape sends no command
+    // that fails (a failure would show in the server's error stats), not
+    // even for the misconfigured queue.
+    let errors = info_field(&mut con, "stats", "total_error_replies");
+    assert_eq!(
+        errors, errors_before,
+        "the scrape sent no command that failed"
+    );
+}
+
+/// XLEN of the stream `p` and the pending entries of its groups `workers`
+/// and `audit`, from XPENDING's summary (its first element, the count).
+fn stream_queue_pending(con: &mut Connection, p: &str) -> (i64, i64) {
+    let len: i64 = q!(con, "XLEN", p);
+    let mut n = 0;
+    for group in ["workers", "audit"] {
+        let summary: Vec<redis::Value> = q!(con, "XPENDING", p, group);
+        match summary.first() {
+            Some(redis::Value::Int(count)) => n += count,
+            other => panic!("XPENDING {p} {group}: {other:?}"),
+        }
+    }
+    (len, n)
+}
+
+/// Prometheus's `promtool` (Debian's `prometheus` package, which
+/// scripts/setup.sh installs in CI and with ECHOMQ_WITH_PROMTOOL=1), or
+/// `ECHOMQ_PROMTOOL`.
+fn promtool() -> Result<PathBuf, String> {
+    let tool = std::env::var_os("ECHOMQ_PROMTOOL")
+        .map_or_else(|| PathBuf::from("promtool"), PathBuf::from);
+    match Command::new(&tool).arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(tool),
+        _ => Err(format!(
+            "{} is not installed (apt-get install prometheus, or ECHOMQ_WITH_PROMTOOL=1 make setup)",
+            tool.display()
+        )),
+    }
+}
+
+/// `promtool check metrics` on `text`: its verdict, lint included, must be clean.
+fn promtool_check(tool: &Path, text: &str) {
+    let mut child = Command::new(tool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {:?} {said}\n{text}",
+        out.status
+    );
+}
+
+/// A Python with `prometheus_client` (the client's own text parser): a venv
+/// under target/ with the pinned version installed, made once.
+fn prom_python() -> Result<&'static Path, String> {
+    static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PY.get_or_init(|| {
+        let venv = node::target_dir().join("prom-venv");
+        let python = venv.join("bin/python");
+        let imports = |py: &Path| {
+            Command::new(py)
+                .args(["-c", "import prometheus_client.parser"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if imports(&python) {
+            return Ok(python);
+        }
+        let out = Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .output()
+            .map_err(|e| format!("python3 is not installed ({e})"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "python3 -m venv failed (is python3-venv installed?): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let out = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args([
+                "--timeout",
+                "30",
+                "--retries",
+                "1",
+                "prometheus-client==0.26.0",
+            ])
+            .output()
+            .map_err(|e| format!("pip: {e}"))?;
+        if !out.status.success() || !imports(&python) {
+            return Err(format!(
+                "`pip install prometheus-client` into {} failed: {}",
+                venv.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(python)
+    })
+    .as_ref()
+    .map(PathBuf::as_path)
+    .map_err(String::clone)
+}
+
+/// The samples of an exposition as prometheus_client's parser reads them:
+/// (family type, sample name, labels, value).
+fn parse_exposition(python: &Path, text: &str) -> Vec<(String, String, Json, f64)> {
+    const SCRIPT: &str = "import json, sys\n\
+        from prometheus_client.parser import text_string_to_metric_families\n\
+        out = [[f.type, s.name, s.labels, s.value]\n\
+               for f in text_string_to_metric_families(sys.stdin.read()) for s in f.samples]\n\
+        print(json.dumps(out))\n";
+    let mut child = Command::new(python)
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run python");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to python");
+    let out = child.wait_with_output().expect("python");
+    assert!(
+        out.status.success(),
+        "prometheus_client could not parse:\n{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: Vec<(String, String, Json, f64)> =
+        serde_json::from_slice(&out.stdout).expect("the parser's JSON");
+    samples
+}
+
+#[test]
+fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
+    let test = "metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues";
+    let Some(tool) = node::or_skip(test, promtool()) else {
+        return;
+    };
+    let Some(python) = node::or_skip(test, prom_python()) else {
+        return;
+    };
+    let server = Server::start();
+    let mut con = server.conn();
+    // A name with every character a label value must escape.
+    let weird = "we\"ird\\q\nx";
+    let web = Web::start(
+        &server.url(),
+        &[
+            "--queue", "orders", "--queue", "s", "--queue", weird, "--queue", "bad",
+        ],
+    );
+    // A list queue with due, pending, dead and future jobs (none falls due
+    // during the check: build_queue keeps them >= 15 s away), and a stream
+    // queue with jobs in flight.
+    let b = build_queue(&mut con, "orders");
+    let (s_len, s_in_flight) = stream_queue(&mut con, "s", 9, 5, 3, 2);
+    let _: i64 = q!(
+        &mut con,
+        "LPUSH",
+        format!("{{{weird}}}:pending"),
+        "w1",
+        "w2"
+    );
+    let _: i64 = q!(&mut con, "ZADD", format!("{{{weird}}}:dead"), 1, "d");
+    let _: () = q!(&mut con, "SET", "{bad}:schedule", "not a zset");
+    // Some counters that are not zero, and an unsafe policy for the gauge.
+    promote(&mut con, "{none}:schedule", "{none}:pending");
+    let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru");
+
+    let (status, content_type, text) = web.get_typed("/metrics");
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+    // The same moment: nothing changes between the two reads (no job falls
+    // due, nothing is written, reading changes no counter).
+    let (status, api) = web.api();
+    assert_eq!(status, 200, "{api}");
+    promtool_check(&tool, &text);
+    let samples = parse_exposition(python, &text);
+
+    let find = |name: &str, queue: Option<&str>| -> Option<(String, f64)> {
+        samples
+            .iter()
+            .find(|(_, n, labels, _)| {
+                n == name && queue.is_none_or(|q| labels["queue"].as_str() == Some(q))
+            })
+            .map(|(t, _, _, v)| (t.clone(), *v))
+    };
+    assert_eq!(find("echomq_up", None), Some(("gauge".into(), 1.0)));
+    let mut queue_samples = 0;
+    for q in api["queues"].as_array().expect("queues") {
+        let name = q["name"].as_str().expect("name");
+        for field in ["scheduled", "due", "pending", "in_flight", "dead"] {
+            let got = find(&format!("echomq_queue_{field}"), Some(name));
+            if q.get("error").is_some() {
+                assert_eq!(got, None, "{name}: a queue in error has no samples");
+                continue;
+            }
+            let want = q[field].as_f64().expect("number");
+            assert_eq!(got, Some(("gauge".into(), want)), "{name} {field}");
+            queue_samples += 1;
+        }
+    }
+    assert_eq!(queue_samples, 3 * 5, "{text}");
+    // The numbers themselves, not only their agreement.
+    let scheduled = (b.herd + b.jittered + b.beyond + b.due) as f64;
+    let v = |n: &str, q: &str| find(n, Some(q)).map(|(_, v)| v);
+    assert_eq!(v("echomq_queue_scheduled", "orders"), Some(scheduled));
+    assert_eq!(v("echomq_queue_due", "orders"), Some(b.due as f64));
+    assert_eq!(v("echomq_queue_pending", "orders"), Some(b.pending as f64));
+    assert_eq!(v("echomq_queue_dead", "orders"), Some(b.dead as f64));
+    assert_eq!(v("echomq_queue_pending", "s"), Some(s_len as f64));
+    assert_eq!(v("echomq_queue_in_flight", "s"), Some(s_in_flight as f64));
+    assert_eq!((s_len, s_in_flight), (7, 3 + 3));
+    // The weird name came back through the parser as it was.
+    assert_eq!(v("echomq_queue_pending", weird), Some(2.0));
+    assert_eq!(v("echomq_queue_dead", weird), Some(1.0));
+
+    // Every INFO echomq field: counters as <field>_total, the two gauges as themselves.
+    let info = api["info"].as_object().expect("info");
+    assert_eq!(info.len(), 11, "{info:?}");
+    for (field, value) in info {
+        let want = value.as_f64().expect("number");
+        let got = match field.as_str() {
+            "echomq_eviction_policy_safe" => (find(field, None), "gauge"),
+            // In seconds, Prometheus's base unit: 0 here, as no timer ran.
+            "echomq_auto_promote_lag_ms_max" => {
+                (find("echomq_auto_promote_lag_seconds_max", None), "gauge")
+            }
+            _ => (find(&format!("{field}_total"), None), "counter"),
+        };
+        assert_eq!(got.0, Some((got.1.to_string(), want)), "{field}");
+    }
+    assert_eq!(
+        find("echomq_eviction_policy_safe", None),
+        Some(("gauge".into(), 0.0))
+    );
+    assert_eq!(
+        find("echomq_promote_calls_total", None),
+        Some(("counter".into(), 1.0))
+    );
+    // Nothing else: 1 + 15 queue samples + 11 INFO fields.
+    assert_eq!(samples.len(), 1 + 15 + 11, "{samples:?}");
+}
+
+#[test]
+fn metrics_say_echomq_up_0_with_status_200_without_the_server() {
+    let mut server = Server::start();
+    let web = Web::start(&server.url(), &["--queue", "q"]);
+    let mut con = server.conn();
+    let _: i64 = q!(&mut con, "ZADD", "{q}:schedule", 1, "j");
+    let _: () = q!(&mut con, "CONFIG", "RESETSTAT");
+    let (status, text) = web.get("/metrics");
+    assert_eq!(status, 200);
+    assert!(text.lines().any(|l| l == "echomq_up 1"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l == r#"echomq_queue_due{queue="q"} 1"#),
+        "{text}"
+    );
+    // /metrics exports no histogram, so it asks for none: the spreads are
+    // nearly all of a scrape's server time.
+    let stats: String = q!(&mut con, "INFO", "commandstats");
+    let stats = stats.to_lowercase();
+    assert!(!stats.contains("cmdstat_echo.spread"), "{stats}");
+    web.api();
+    let again: String = q!(&mut con, "INFO", "commandstats");
+    assert!(
+        again.to_lowercase().contains("cmdstat_echo.spread"),
+        "{again}"
+    );
+    assert!(stats.contains("cmdstat_zcount"), "{stats}");
+    server.stop();
+    for _ in 0..2 {
+        // The dropped connection, then a refused one: both are echomq_up 0.
+        let (status, text) = web.get("/metrics");
+        assert_eq!(status, 200, "{text}");
+        assert!(text.lines().any(|l| l == "echomq_up 0"), "{text}");
+        assert!(!text.contains("echomq_queue_"), "{text}");
+        if let Ok(tool) = promtool() {
+            promtool_check(&tool, &text);
+        }
+    }
+}
+
+#[test]
+fn the_page_warns_while_the_eviction_policy_is_unsafe_in_chromium() {
+    let test = "the_page_warns_while_the_eviction_policy_is_unsafe_in_chromium";
+    let Some(mut browser) = Browser::start(test) else {
+        return;
+    };
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, in_flight) = stream_queue(&mut con, "s", 4, 3, 0, 0);
+    let web = Web::start(&server.url(), &["--queue", "s"]);
+    browser.open(&format!("{}/", web.base));
+    const WARNING: &str = "(() => { const w = document.getElementById('eviction'); \
+        return { shown: !w.hidden && w.getBoundingClientRect().height > 0, text: w.textContent, \
+                 status: document.getElementById('status').dataset.state }; })()";
+    // Safe (noeviction, the default): the stream card, and no warning.
+    let card = browser.wait(
+        &format!(
+            "(() => {{ const v = {}; return v && v.status === 'live' && v; }})()",
+            card_js("s")
+        ),
+        "the s card",
+    );
+    assert_eq!(
+        (card["pending"].clone(), card["in_flight"].clone()),
+        (json!(4), json!(in_flight))
+    );
+    assert_eq!(in_flight, 3);
+    let w = browser.call(json!({"op": "eval", "js": WARNING}));
+    assert_eq!(w["shown"], json!(false), "{w}");
+
+    let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru");
+    let w = browser.wait(
+        &format!("(() => {{ const w = {WARNING}; return w.shown && w; }})()"),
+        "the eviction warning",
+    );
+    let text = w["text"].as_str().unwrap_or_default();
+    assert!(text.contains("allkeys-lru"), "{text}");
+    assert!(text.contains("noeviction"), "{text}");
+    assert!(text.contains("evict"), "{text}");
+    browser.screenshot(&node::target_dir().join("web/echomq-web-eviction.png"));
+
+    let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory-policy", "noeviction");
+    let w = browser.wait(
+        &format!(
+            "(() => {{ const w = {WARNING}; return !w.shown && w.status === 'live' && w; }})()"
+        ),
+        "the warning gone after noeviction",
+    );
+    assert_eq!(w["text"], json!(""), "{w}");
 }

@@ -5,11 +5,14 @@
 //!     --queue orders [--queue NAME ...] [--window-ms 60000] [--buckets 60]
 //! ```
 //!
-//! `GET /` is the page, `GET /api/queues` the JSON it polls.
+//! `GET /` is the page, `GET /api/queues` the JSON it polls, `GET /metrics`
+//! the same snapshot for Prometheus.
 
+mod metrics;
 mod render;
 mod snapshot;
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +39,7 @@ const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR
   --buckets N      in N buckets, 1..=10000 (default 60)";
 
 /// The page waits this long for the server before it shows an error: a scrape
-/// is two round trips, so anything longer means the server is gone or stuck.
+/// is three round trips, so anything longer means the server is gone or stuck.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -129,7 +132,7 @@ impl App {
         *self.con.lock().await = None;
     }
 
-    async fn snapshot(&self) -> Result<snapshot::Snapshot, String> {
+    async fn snapshot(&self, with_spread: bool) -> Result<snapshot::Snapshot, String> {
         let scrape = async {
             let mut con = self.connection().await?;
             snapshot::collect(
@@ -137,6 +140,7 @@ impl App {
                 &self.cfg.queues,
                 self.cfg.window_ms,
                 self.cfg.buckets,
+                with_spread,
             )
             .await
         };
@@ -152,7 +156,7 @@ impl App {
 
 async fn api_queues(State(app): State<Arc<App>>) -> Response {
     let no_store = [(header::CACHE_CONTROL, "no-store")];
-    match app.snapshot().await {
+    match app.snapshot(true).await {
         Ok(s) => (StatusCode::OK, no_store, Json(render::queues_json(&s))).into_response(),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -163,6 +167,23 @@ async fn api_queues(State(app): State<Arc<App>>) -> Response {
     }
 }
 
+/// Always 200: a failed scrape is `echomq_up 0`, which is what an alert on
+/// the server's absence looks for (a non-200 would only say echomq-web failed).
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    // Without the spreads: they are not exported, and they are nearly all of
+    // a scrape's server time.
+    let snapshot = app.snapshot(false).await.ok();
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, metrics::CONTENT_TYPE),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        metrics::exposition(snapshot.as_ref()),
+    )
+        .into_response()
+}
+
 async fn page() -> Html<&'static str> {
     Html(include_str!("page.html"))
 }
@@ -171,6 +192,7 @@ fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/api/queues", get(api_queues))
+        .route("/metrics", get(metrics))
         .with_state(app)
 }
 
@@ -203,12 +225,20 @@ async fn main() {
         }
     };
     let addr: Option<SocketAddr> = listener.local_addr().ok();
-    // Tests and scripts read the bound address from this line (with port 0).
-    println!(
+    // Tests and scripts read the bound address from this line (with port 0),
+    // so it stays one line: a queue name's control characters are escaped.
+    // Written without println!, which would panic if the reader has gone.
+    let names: Vec<String> = cfg
+        .queues
+        .iter()
+        .map(|q| q.escape_default().to_string())
+        .collect();
+    let _ = writeln!(
+        std::io::stdout(),
         "echomq-web: listening on http://{}/ for {} (queues: {}{})",
         addr.map_or(cfg.listen.clone(), |a| a.to_string()),
         cfg.url,
-        cfg.queues.join(", "),
+        names.join(", "),
         if cfg.queues.is_empty() {
             "those of echomq.auto-promote"
         } else {

@@ -14,6 +14,7 @@ pub fn queues_json(s: &Snapshot) -> Value {
                 "scheduled": c.scheduled,
                 "due": c.due,
                 "pending": c.pending,
+                "in_flight": c.in_flight,
                 "dead": c.dead,
                 "spread": c.spread,
             }),
@@ -41,6 +42,9 @@ pub fn queues_json(s: &Snapshot) -> Value {
         },
         "queues": queues,
         "info": info,
+        "maxmemory_policy": s.maxmemory_policy,
+        "eviction_policy_safe": s.eviction_policy_safe(),
+        "round_trips": s.round_trips,
     })
 }
 
@@ -65,6 +69,7 @@ mod tests {
                         scheduled: 5,
                         due: 1,
                         pending: 2,
+                        in_flight: 1,
                         dead: 3,
                         spread: vec![1, 0, 3],
                     }),
@@ -77,7 +82,10 @@ mod tests {
             info: vec![
                 ("echomq_retries".into(), Number::Int(4)),
                 ("echomq_x".into(), Number::Float(0.5)),
+                ("echomq_eviction_policy_safe".into(), Number::Int(0)),
             ],
+            maxmemory_policy: "allkeys-lru".into(),
+            round_trips: 3,
         };
         assert_eq!(
             queues_json(&s),
@@ -85,10 +93,13 @@ mod tests {
                 "now_ms": 1000,
                 "window": {"start_ms": 1000, "end_ms": 61000, "ms": 60000, "buckets": 3},
                 "queues": [
-                    {"name": "a", "scheduled": 5, "due": 1, "pending": 2, "dead": 3, "spread": [1, 0, 3]},
+                    {"name": "a", "scheduled": 5, "due": 1, "pending": 2, "in_flight": 1, "dead": 3, "spread": [1, 0, 3]},
                     {"name": "b", "error": "WRONGTYPE x"},
                 ],
-                "info": {"echomq_retries": 4, "echomq_x": 0.5},
+                "info": {"echomq_retries": 4, "echomq_x": 0.5, "echomq_eviction_policy_safe": 0},
+                "maxmemory_policy": "allkeys-lru",
+                "eviction_policy_safe": false,
+                "round_trips": 3,
             })
         );
     }

@@ -1,0 +1,306 @@
+//! `GET /metrics`: a snapshot in the Prometheus text exposition format 0.0.4
+//! (`text/plain; version=0.0.4`), every family with `# HELP` and `# TYPE`.
+//!
+//! Written by hand rather than with a client crate: the official Rust client
+//! (`prometheus-client`) writes OpenMetrics only (a counter's `# TYPE` names
+//! the family without `_total`, and `# EOF` ends the text), which a 0.0.4
+//! parser reads as a family of untyped samples; and the instrumentation
+//! crates model live metric objects in a registry, where this exporter only
+//! prints a snapshot it just read. The format here is three line shapes and
+//! two escaping rules, checked by the unit tests below and by `promtool check
+//! metrics` in tests/web.rs.
+
+use std::fmt::Write;
+
+use crate::snapshot::{Counts, Number, Snapshot};
+
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The `INFO echomq` fields that count since the module loaded, with their
+/// help; each is exported as `<field>_total`, a counter.
+const COUNTERS: &[(&str, &str)] = &[
+    (
+        "echomq_retries",
+        "ECHO.RETRY calls that scheduled a job (or dead-lettered it)",
+    ),
+    (
+        "echomq_retries_jittered",
+        "ECHO.RETRY calls under a jitter or equal-jitter policy",
+    ),
+    (
+        "echomq_promote_calls",
+        "ECHO.PROMOTE calls that completed, moving 0 or more",
+    ),
+    ("echomq_promoted", "Members moved by ECHO.PROMOTE"),
+    (
+        "echomq_dead_lettered",
+        "Jobs ECHO.RETRY moved to a dead set",
+    ),
+    ("echomq_errors", "Calls the module answered with an error"),
+    (
+        "echomq_auto_promote_ticks",
+        "Ticks of the auto-promotion timer",
+    ),
+    (
+        "echomq_auto_promoted",
+        "Members moved by the auto-promotion timer",
+    ),
+    (
+        "echomq_auto_promote_errors",
+        "Auto-promotion pairs that failed in a tick (e.g. WRONGTYPE)",
+    ),
+];
+
+/// The `INFO echomq` fields that are gauges: the INFO field, the exported
+/// name, the help, and the factor from the INFO value to the exported one.
+/// The lag maximum only rises until the module is reloaded, yet it is a
+/// gauge: a counter counts events, so `rate()` and `increase()` of it must
+/// mean something, and the increase of a maximum is not a number of
+/// anything; it is a level (watch it with `max_over_time` or `delta`).
+/// It is exported in seconds, Prometheus's base unit, as
+/// `echomq_auto_promote_lag_seconds_max`: `promtool check metrics` rejects a
+/// name with an abbreviated unit such as `_ms_`.
+const GAUGES: &[(&str, &str, &str, f64)] = &[
+    (
+        "echomq_eviction_policy_safe",
+        "echomq_eviction_policy_safe",
+        "1 when maxmemory-policy cannot evict queue keys (noeviction, volatile-*), 0 for allkeys-*",
+        1.0,
+    ),
+    (
+        "echomq_auto_promote_lag_ms_max",
+        "echomq_auto_promote_lag_seconds_max",
+        "Largest delay in seconds, fire time to move, of any member the timer moved since the module loaded (INFO echomq_auto_promote_lag_ms_max / 1000)",
+        0.001,
+    ),
+];
+
+/// The per-queue gauges: name, help, and the count they show.
+type Field = fn(&Counts) -> i64;
+const QUEUE_GAUGES: &[(&str, &str, Field)] = &[
+    (
+        "echomq_queue_scheduled",
+        "Members of {NAME}:schedule, due or not",
+        |c| c.scheduled,
+    ),
+    (
+        "echomq_queue_due",
+        "Members of {NAME}:schedule whose fire time has come, not yet promoted",
+        |c| c.due,
+    ),
+    (
+        "echomq_queue_pending",
+        "Jobs in {NAME}:pending (LLEN of a list, XLEN of a stream)",
+        |c| c.pending,
+    ),
+    (
+        "echomq_queue_in_flight",
+        "Stream entries delivered to a consumer and not yet acknowledged, over all groups (0 for a list)",
+        |c| c.in_flight,
+    ),
+    (
+        "echomq_queue_dead",
+        "Members of {NAME}:dead",
+        |c| c.dead,
+    ),
+];
+
+/// A label value as the format requires: `\`, `"` and newline escaped.
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for ch in v.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Help text: `\` and newline escaped.
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// `[a-zA-Z_:][a-zA-Z0-9_:]*`: what the format accepts as a metric name.
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn number(n: &Number) -> String {
+    match n {
+        Number::Int(i) => i.to_string(),
+        // Finite by construction (parse_info drops the rest); Display gives
+        // the shortest form that reads back the same, which the format takes.
+        Number::Float(f) => f.to_string(),
+    }
+}
+
+/// The exposition for one scrape: `Some(snapshot)` when the server answered,
+/// `None` when it did not (then only `echomq_up 0`).
+pub fn exposition(s: Option<&Snapshot>) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "echomq_up",
+        "gauge",
+        "1 when echomq-web's last query of the server succeeded, else 0",
+    );
+    let _ = writeln!(out, "echomq_up {}", u8::from(s.is_some()));
+    let Some(s) = s else {
+        return out;
+    };
+    for (name, help, field) in QUEUE_GAUGES {
+        family(&mut out, name, "gauge", help);
+        // A queue whose keys cannot be read (e.g. WRONGTYPE) has no samples.
+        for q in &s.queues {
+            if let Ok(c) = &q.counts {
+                let _ = writeln!(
+                    out,
+                    "{name}{{queue=\"{}\"}} {}",
+                    escape_label(&q.name),
+                    field(c)
+                );
+            }
+        }
+    }
+    for (field, value) in &s.info {
+        if let Some((_, help)) = COUNTERS.iter().find(|(f, _)| f == field) {
+            let name = format!("{field}_total");
+            family(&mut out, &name, "counter", help);
+            let _ = writeln!(out, "{name} {}", number(value));
+        } else if let Some((_, name, help, factor)) = GAUGES.iter().find(|g| g.0 == field) {
+            family(&mut out, name, "gauge", help);
+            let value = match (value, *factor == 1.0) {
+                (v, true) => number(v),
+                (Number::Int(i), false) => (*i as f64 * factor).to_string(),
+                (Number::Float(f), false) => (f * factor).to_string(),
+            };
+            let _ = writeln!(out, "{name} {value}");
+        } else if valid_name(field) {
+            // A field a later module adds: its kind is not known here.
+            let help = format!("INFO echomq field {field}, not known to this echomq-web");
+            family(&mut out, field, "untyped", &help);
+            let _ = writeln!(out, "{field} {}", number(value));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{QueueStats, Window};
+
+    fn counts(n: i64) -> Counts {
+        Counts {
+            scheduled: n,
+            due: n + 1,
+            pending: n + 2,
+            in_flight: n + 3,
+            dead: n + 4,
+            spread: vec![],
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape_label("x\ny"), "x\\ny");
+        assert_eq!(escape_label("plain é"), "plain é");
+        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
+    }
+
+    #[test]
+    fn metric_names_are_checked() {
+        assert!(valid_name("echomq_x:y_1"));
+        assert!(!valid_name("1x"));
+        assert!(!valid_name("a-b"));
+        assert!(!valid_name(""));
+    }
+
+    #[test]
+    fn down_is_echomq_up_0_alone() {
+        assert_eq!(
+            exposition(None),
+            "# HELP echomq_up 1 when echomq-web's last query of the server succeeded, else 0\n\
+             # TYPE echomq_up gauge\n\
+             echomq_up 0\n"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_as_families() {
+        let s = Snapshot {
+            now_ms: 1,
+            window: Window {
+                start_ms: 1,
+                end_ms: 2,
+                buckets: 1,
+            },
+            queues: vec![
+                QueueStats {
+                    name: "a\"b\\c".into(),
+                    counts: Ok(counts(10)),
+                },
+                QueueStats {
+                    name: "broken".into(),
+                    counts: Err("WRONGTYPE".into()),
+                },
+            ],
+            info: vec![
+                ("echomq_retries".into(), Number::Int(5)),
+                ("echomq_eviction_policy_safe".into(), Number::Int(0)),
+                ("echomq_auto_promote_lag_ms_max".into(), Number::Int(1250)),
+                ("echomq_new_thing".into(), Number::Float(1.5)),
+            ],
+            maxmemory_policy: "allkeys-lru".into(),
+            round_trips: 3,
+        };
+        let text = exposition(Some(&s));
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines,
+            [
+                "echomq_up 1",
+                r#"echomq_queue_scheduled{queue="a\"b\\c"} 10"#,
+                r#"echomq_queue_due{queue="a\"b\\c"} 11"#,
+                r#"echomq_queue_pending{queue="a\"b\\c"} 12"#,
+                r#"echomq_queue_in_flight{queue="a\"b\\c"} 13"#,
+                r#"echomq_queue_dead{queue="a\"b\\c"} 14"#,
+                "echomq_retries_total 5",
+                "echomq_eviction_policy_safe 0",
+                "echomq_auto_promote_lag_seconds_max 1.25",
+                "echomq_new_thing 1.5",
+            ]
+        );
+        assert!(text.contains("# TYPE echomq_retries_total counter\n"));
+        assert!(text.contains("# TYPE echomq_eviction_policy_safe gauge\n"));
+        assert!(text.contains("# TYPE echomq_new_thing untyped\n"));
+        // Every family has its HELP and TYPE, each once.
+        for l in &lines {
+            let name = l.split(['{', ' ']).next().unwrap_or_default();
+            assert_eq!(
+                text.matches(&format!("# HELP {name} ")).count(),
+                1,
+                "{name}"
+            );
+            assert_eq!(
+                text.matches(&format!("# TYPE {name} ")).count(),
+                1,
+                "{name}"
+            );
+        }
+    }
+}
