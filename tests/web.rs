@@ -324,9 +324,9 @@ fn without_the_server_the_api_answers_an_error_then_recovers() {
 }
 
 #[test]
-fn queues_of_the_auto_promote_config_are_shown_needs_issue_10() {
-    // Needs the module's `echomq.auto-promote` config (issue 10); until then
-    // the CONFIG SET below fails and so does this test.
+fn queues_of_the_auto_promote_config_are_shown() {
+    // The queues of the module's `echomq.auto-promote` config join those of
+    // --queue.
     let server = Server::start();
     let mut con = server.conn();
     let _: () = q!(
