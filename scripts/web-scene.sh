@@ -5,7 +5,7 @@
 # backlog with due and dead-lettered jobs. The picture then adds a worker:
 #   bash scripts/web-scene.sh
 #   cargo run --release --example worker -- --queue jobs --jobs 3000 --seed \
-#       --policy jitter:exponential:4000:50000 &
+#       --policy jitter:exponential:4000:50000 --work-ms 20 &
 #   make web WEB_QUEUES="orders emails billing jobs"
 set -euo pipefail
 port=${1:-6379}
