@@ -16,17 +16,6 @@ use common::*;
 const SCHEDULE: &str = "{q}:schedule";
 const PENDING: &str = "{q}:pending";
 
-fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + within;
-    loop {
-        match check() {
-            Ok(()) => return,
-            Err(why) if Instant::now() >= deadline => panic!("{what}: {why}"),
-            Err(_) => sleep(Duration::from_millis(10)),
-        }
-    }
-}
-
 fn stat(con: &mut Connection, field: &str) -> u64 {
     let value = info_field(con, "echomq", &format!("echomq_{field}"));
     value
@@ -270,10 +259,7 @@ fn replicas_with_and_without_the_module_end_with_the_primarys_digest() {
 #[test]
 fn aof_replay_with_and_without_the_module_reproduces_the_primary() {
     let dir = TempDir::new("auto-aof");
-    let aof = Options::default()
-        .arg("appendonly", "yes")
-        .arg("appendfsync", "always")
-        .arg("aof-use-rdb-preamble", "no");
+    let aof = Options::aof_replay();
     let with_config = aof
         .clone()
         .arg("echomq.auto-promote", &format!("{SCHEDULE} {PENDING}"));

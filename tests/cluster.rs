@@ -225,18 +225,6 @@ fn cluster_nodes(con: &mut Connection) -> redis::RedisResult<Vec<Entry>> {
     Ok(parse_cluster_nodes(&text))
 }
 
-/// Polls `check` until it passes; panics with its last complaint after `within`.
-fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + within;
-    loop {
-        match check() {
-            Ok(()) => return,
-            Err(why) if Instant::now() >= deadline => panic!("{what}: {why}"),
-            Err(_) => sleep(Duration::from_millis(50)),
-        }
-    }
-}
-
 /// Three primaries, one replica each.
 struct Cluster {
     nodes: Vec<Node>,

@@ -58,51 +58,12 @@ fn find_python() -> Result<PathBuf, String> {
     if imports_client(&system) {
         return Ok(system);
     }
-    let venv = target_dir().join("pyenv");
-    let venv_python = venv.join("bin/python");
-    if venv_python.exists() && imports_client(&venv_python) {
-        return Ok(venv_python);
-    }
-    let out = Command::new(&system)
-        .args(["-m", "venv", "--clear"])
-        .arg(&venv)
-        .output()
-        .map_err(|e| format!("python3 -m venv: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "python3 -m venv failed (is python3-venv installed?): {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let out = Command::new(&venv_python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--timeout",
-            "30",
-            "--retries",
-            "1",
-            "valkey",
-        ])
-        .output()
-        .map_err(|e| format!("pip: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(3).collect();
-        return Err(format!(
-            "`pip install valkey` into {} failed: {}",
-            venv.display(),
-            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-        ));
-    }
-    if imports_client(&venv_python) {
-        Ok(venv_python)
-    } else {
-        Err("valkey installed but not importable".into())
-    }
+    python_venv(
+        &system,
+        &target_dir().join("pyenv"),
+        "valkey",
+        imports_client,
+    )
 }
 
 /// Says so on the real stderr: libtest captures only the print macros.

@@ -138,10 +138,7 @@ fn a_replica_with_the_module_ends_identical_too() {
 #[test]
 fn aof_reload_restart_and_replay_without_the_module_keep_the_data() {
     let dir = TempDir::new("aof");
-    let aof = Options::default()
-        .arg("appendonly", "yes")
-        .arg("appendfsync", "always")
-        .arg("aof-use-rdb-preamble", "no");
+    let aof = Options::aof_replay();
     let mut server = Server::start_in(aof.clone(), &dir.0);
     let mut con = server.conn();
     mixed_workload(&mut con, 40);

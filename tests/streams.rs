@@ -243,10 +243,7 @@ fn a_replica_without_the_module_and_aof_replay_hold_the_same_entries_and_ids() {
 
     // AOF: replayed with and without the module, the same data
     let dir = TempDir::new("stream-aof");
-    let aof = Options::default()
-        .arg("appendonly", "yes")
-        .arg("appendfsync", "always")
-        .arg("aof-use-rdb-preamble", "no");
+    let aof = Options::aof_replay();
     let mut server = Server::start_in(aof.clone(), &dir.0);
     let mut con = server.conn();
     stream_workload(&mut con);

@@ -864,8 +864,6 @@ fn promtool_check(tool: &Path, text: &str) {
 fn prom_python() -> Result<&'static Path, String> {
     static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PY.get_or_init(|| {
-        let venv = node::target_dir().join("prom-venv");
-        let python = venv.join("bin/python");
         let imports = |py: &Path| {
             Command::new(py)
                 .args(["-c", "import prometheus_client.parser"])
@@ -874,45 +872,13 @@ fn prom_python() -> Result<&'static Path, String> {
                 .status()
                 .is_ok_and(|s| s.success())
         };
-        if imports(&python) {
-            return Ok(python);
-        }
-        let out = Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv)
-            .output()
-            .map_err(|e| format!("python3 is not installed ({e})"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "python3 -m venv failed (is python3-venv installed?): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        let out = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args([
-                "--timeout",
-                "30",
-                "--retries",
-                "1",
-                "prometheus-client==0.26.0",
-            ])
-            .output()
-            .map_err(|e| format!("pip: {e}"))?;
-        if !out.status.success() || !imports(&python) {
-            return Err(format!(
-                "`pip install prometheus-client` into {} failed: {}",
-                venv.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(python)
+        let venv = node::target_dir().join("prom-venv");
+        python_venv(
+            Path::new("python3"),
+            &venv,
+            "prometheus-client==0.26.0",
+            imports,
+        )
     })
     .as_ref()
     .map(PathBuf::as_path)

@@ -97,6 +97,15 @@ impl Options {
         }
     }
 
+    /// Every write in a plain-text AOF, fsynced before the reply: what the
+    /// replay tests reload, with and without the module.
+    pub fn aof_replay() -> Self {
+        Options::default()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always")
+            .arg("aof-use-rdb-preamble", "no")
+    }
+
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.args.push(format!("--{name}"));
         self.args.push(value.to_string());
@@ -540,4 +549,68 @@ pub fn rust_worker() -> &'static Path {
         assert!(path.exists(), "{} is missing", path.display());
         path
     })
+}
+
+/// Polls `check` until it passes; panics with its last complaint after `within`.
+pub fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + within;
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(why) if Instant::now() >= deadline => panic!("{what}: {why}"),
+            Err(_) => sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// A venv at `venv` made by `system` (a python3), with `package` installed
+/// by pip, or the reason it could not be made. `imports` says whether an
+/// interpreter has what the caller needs; it is asked again after the
+/// install.
+pub fn python_venv(
+    system: &Path,
+    venv: &Path,
+    package: &str,
+    imports: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
+    let python = venv.join("bin/python");
+    if python.exists() && imports(&python) {
+        return Ok(python);
+    }
+    let out = Command::new(system)
+        .args(["-m", "venv", "--clear"])
+        .arg(venv)
+        .output()
+        .map_err(|e| format!("{} -m venv: {e}", system.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "python3 -m venv failed (is python3-venv installed?): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let out = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(["--timeout", "30", "--retries", "1", package])
+        .output()
+        .map_err(|e| format!("pip: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        return Err(format!(
+            "`pip install {package}` into {} failed: {}",
+            venv.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
+    }
+    if imports(&python) {
+        Ok(python)
+    } else {
+        Err(format!("{package} installed but not importable"))
+    }
 }
