@@ -1,21 +1,25 @@
 //! echomq: jittered retry scheduling and atomic promotion of due jobs,
-//! computed inside Valkey. The command contract is SPEC.md; this file holds
-//! the module declaration and the command table only.
+//! computed inside Valkey. This file holds the module declaration, the
+//! command table and the load; `server/` holds every call into the server's
+//! C API, and the rest is safe Rust over it.
 
 mod auto_promote;
-mod clock;
+mod buckets;
 mod cluster;
 mod commands;
+mod errors;
 mod eviction;
-mod keys;
 mod parse;
 mod policy;
+mod promotion;
+mod server;
 mod stats;
 
-use commands::register::{Command, KeyAt, KeyDoc};
-use commands::{delay, init, promote, queues, retry, spread};
+use commands::{delay, promote, queues, retry, spread};
 use redis_module::commands::KeySpecFlags as K;
-use redis_module::redis_module;
+use redis_module::{redis_module, Context, RedisString, Status};
+use server::register::{self, Command, KeyAt, KeyDoc};
+use server::{info, log};
 
 // Unit tests run outside a server, where the server's allocator does not
 // exist. A library built with cfg(test) is never loaded into a server.
@@ -37,6 +41,31 @@ redis_module! {
     // arity, docs and ACL categories, and an entry point that reads the
     // arguments in place.
     init: init,
+}
+
+/// Called once when the module loads: registers the commands, the INFO
+/// section, the eviction guard and the auto-promote configs (which may arm
+/// the timer). A failure is logged and refuses the load.
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    match load(ctx) {
+        Ok(()) => Status::Ok,
+        Err(why) => {
+            log::warning(ctx, &format!("echomq: {why}"));
+            Status::Err
+        }
+    }
+}
+
+fn load(ctx: &Context) -> Result<(), String> {
+    if let Some(name) = server::missing_api() {
+        return Err(format!("this server lacks {name}, which echomq needs"));
+    }
+    register::no_implicit_signal_modified(ctx);
+    stats::reset();
+    info::register::<stats::Info>(ctx)?;
+    register::register(ctx, COMMANDS)?;
+    eviction::init(ctx)?;
+    auto_promote::init(ctx)
 }
 
 /// The commands. ACL categories apply where the server has the API (Valkey).

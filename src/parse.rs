@@ -2,8 +2,8 @@
 //! the contract's argument grammar is checked here, before a key is opened,
 //! so a malformed call can never write anything.
 
-use std::fmt;
-
+pub use crate::errors::ArgError;
+use crate::errors::PairsError;
 use crate::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
 
 /// Promote moves at most this many members when the call names no LIMIT.
@@ -11,104 +11,6 @@ pub const DEFAULT_PROMOTE_LIMIT: u64 = 1000;
 
 /// Upper bound of `ECHO.SPREAD`'s bucket count: one range count each.
 pub const MAX_SPREAD_BUCKETS: u64 = 10_000;
-
-/// A malformed argument. `Display` gives the full error reply, `ERR` code
-/// included, so handlers answer in the server's own form.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ArgError {
-    EmptyPolicy,
-    UnknownPolicy(String),
-    /// The wrapper named last, as written in lower case.
-    MissingInnerPolicy(&'static str),
-    MissingField(&'static str),
-    ExtraField(&'static str),
-    NotInteger(&'static str),
-    OutOfRange(&'static str),
-    MaxLessThanBase,
-    TooDeep,
-    Attempts,
-    Limit,
-    Syntax,
-    /// Two options ZADD itself refuses together, named as ZADD names them.
-    Conflict(&'static str),
-    MaxAttempts,
-    /// `MAXATTEMPTS` without `DEAD`, or the reverse: both or neither.
-    DeadNeedsBoth,
-    SameKey,
-    DeadIsSchedule,
-    SpreadBound(&'static str),
-    SpreadEmptyRange,
-    Buckets,
-}
-
-impl fmt::Display for ArgError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use ArgError::*;
-        match self {
-            EmptyPolicy => write!(f, "ERR invalid policy: empty"),
-            UnknownPolicy(name) => write!(
-                f,
-                "ERR invalid policy: unknown policy name '{name}' (expected fixed, exponential, jitter or equal-jitter)"
-            ),
-            MissingInnerPolicy(wrapper) => {
-                write!(f, "ERR invalid policy: '{wrapper}' needs an inner policy")
-            }
-            MissingField(form) => write!(f, "ERR invalid policy: missing field, expected {form}"),
-            ExtraField(form) => write!(f, "ERR invalid policy: extra field, expected {form}"),
-            NotInteger(field) => write!(
-                f,
-                "ERR invalid policy: {field} is not a canonical non-negative integer"
-            ),
-            OutOfRange(field) => write!(
-                f,
-                "ERR invalid policy: {field} is out of range (0..={MAX_MS} ms)"
-            ),
-            MaxLessThanBase => write!(f, "ERR invalid policy: max is less than base"),
-            TooDeep => write!(
-                f,
-                "ERR invalid policy: too deeply nested (at most {MAX_JITTER_LAYERS} jitter and equal-jitter layers)"
-            ),
-            Attempts => write!(
-                f,
-                "ERR attempts is not an integer or out of range (1..={})",
-                i64::MAX
-            ),
-            Limit => write!(
-                f,
-                "ERR LIMIT is not an integer or out of range (1..={})",
-                i64::MAX
-            ),
-            Syntax => write!(f, "ERR syntax error"),
-            Conflict(which) => write!(
-                f,
-                "ERR syntax error: {which} options at the same time are not compatible"
-            ),
-            MaxAttempts => write!(
-                f,
-                "ERR MAXATTEMPTS is not an integer or out of range (1..={})",
-                i64::MAX
-            ),
-            DeadNeedsBoth => write!(
-                f,
-                "ERR syntax error: MAXATTEMPTS and DEAD must be given together"
-            ),
-            SameKey => write!(f, "ERR schedule and pending must be different keys"),
-            DeadIsSchedule => write!(f, "ERR schedule and dead must be different keys"),
-            SpreadBound(name) => write!(f, "ERR {name} is not an integer or out of range"),
-            SpreadEmptyRange => write!(f, "ERR end_ms must be greater than start_ms"),
-            Buckets => write!(
-                f,
-                "ERR buckets is not an integer or out of range (1..={MAX_SPREAD_BUCKETS})"
-            ),
-        }
-    }
-}
-
-impl From<ArgError> for redis_module::RedisError {
-    fn from(err: ArgError) -> Self {
-        redis_module::RedisError::String(err.to_string())
-    }
-}
 
 /// A canonical unsigned decimal, as the server reads its own integers: digits
 /// only, no sign, no leading zero except `0` itself. `None` when malformed or
@@ -447,35 +349,6 @@ pub struct SpreadRequest {
     pub buckets: u64,
 }
 
-impl SpreadRequest {
-    /// Bucket `i` covers `[start + floor(i*W/buckets), start + floor((i+1)*W/buckets))`
-    /// with `W = end - start`. i128 holds `W` (up to 2^64) times `buckets`.
-    pub fn bucket_bounds_ms(&self, i: u64) -> (i64, i64) {
-        let width = i128::from(self.end_ms) - i128::from(self.start_ms);
-        let at = |k: u64| {
-            let offset = i128::from(k) * width / i128::from(self.buckets);
-            // start <= start + offset <= end, so it fits an i64; saturate to say so.
-            let edge = i128::from(self.start_ms) + offset;
-            i64::try_from(edge).unwrap_or(if edge < 0 { i64::MIN } else { i64::MAX })
-        };
-        (at(i), at(i + 1))
-    }
-}
-
-/// The smallest double that is `>= edge_ms`. Scores are doubles: for any
-/// score `x`, `x >= edge_ms` exactly when `x >= ceil_to_f64(edge_ms)`, so a
-/// range count between two such bounds puts each score in the bucket the
-/// integer formula names, also past 2^53 where not every integer is a double.
-pub fn ceil_to_f64(edge_ms: i64) -> f64 {
-    let nearest = edge_ms as f64;
-    // |nearest| <= 2^63, so i128 holds it exactly.
-    if (nearest as i128) < i128::from(edge_ms) {
-        nearest.next_up()
-    } else {
-        nearest
-    }
-}
-
 pub fn parse_spread_request(
     start_ms: &[u8],
     end_ms: &[u8],
@@ -496,9 +369,78 @@ pub fn parse_spread_request(
     })
 }
 
+/// One `schedule pending` pair of `echomq.auto-promote`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pair {
+    pub schedule: Vec<u8>,
+    pub pending: Vec<u8>,
+}
+
+/// Reads `echomq.auto-promote`: key names separated by whitespace, taken two
+/// by two. Refuses what could only be a mistake.
+pub fn parse_pairs(text: &[u8]) -> Result<Vec<Pair>, PairsError> {
+    let names: Vec<&[u8]> = text
+        .split(u8::is_ascii_whitespace)
+        .filter(|name| !name.is_empty())
+        .collect();
+    if !names.len().is_multiple_of(2) {
+        return Err(PairsError::OddNames);
+    }
+    let mut pairs: Vec<Pair> = Vec::with_capacity(names.len() / 2);
+    for two in names.chunks_exact(2) {
+        let (schedule, pending) = (two[0], two[1]);
+        if schedule == pending {
+            return Err(PairsError::SameKeys);
+        }
+        if pairs.iter().any(|p| p.schedule == schedule) {
+            return Err(PairsError::ScheduleTwice);
+        }
+        pairs.push(Pair {
+            schedule: schedule.to_vec(),
+            pending: pending.to_vec(),
+        });
+    }
+    Ok(pairs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pair(schedule: &str, pending: &str) -> Pair {
+        Pair {
+            schedule: schedule.into(),
+            pending: pending.into(),
+        }
+    }
+
+    #[test]
+    fn pairs_are_read_two_by_two() {
+        assert_eq!(parse_pairs(b""), Ok(vec![]));
+        assert_eq!(parse_pairs(b"  \t "), Ok(vec![]));
+        assert_eq!(
+            parse_pairs(b" {a}:s {a}:p\t{b}:s  {b}:p "),
+            Ok(vec![pair("{a}:s", "{a}:p"), pair("{b}:s", "{b}:p")])
+        );
+        // One pending list may be fed by two schedules.
+        assert!(parse_pairs(b"s1 p s2 p").is_ok());
+        // Any bytes but whitespace make a name.
+        assert_eq!(
+            parse_pairs(b"%s%n\0 \xff\x01"),
+            Ok(vec![Pair {
+                schedule: b"%s%n\0".to_vec(),
+                pending: b"\xff\x01".to_vec()
+            }])
+        );
+    }
+
+    #[test]
+    fn pair_mistakes_are_refused() {
+        assert_eq!(parse_pairs(b"s"), Err(PairsError::OddNames));
+        assert_eq!(parse_pairs(b"s p t"), Err(PairsError::OddNames));
+        assert_eq!(parse_pairs(b"s s"), Err(PairsError::SameKeys));
+        assert_eq!(parse_pairs(b"s p s q"), Err(PairsError::ScheduleTwice));
+    }
 
     fn full(n: u8) -> Jitters {
         Jitters::from_outermost(&vec![Jitter::Full; usize::from(n)]).unwrap()
@@ -836,35 +778,15 @@ mod tests {
     }
 
     #[test]
-    fn spread_edges_round_up_to_doubles() {
-        let two53 = 1i64 << 53;
-        for (edge, want) in [
-            (0, 0.0),
-            (-1, -1.0),
-            (two53, two53 as f64),
-            (two53 + 1, (two53 + 2) as f64),
-            (-(two53 + 1), -(two53 as f64)),
-            (i64::MAX, 9_223_372_036_854_775_808.0),
-            (i64::MIN, -9_223_372_036_854_775_808.0),
-        ] {
-            assert_eq!(ceil_to_f64(edge), want, "{edge}");
-            // the decimal form a range count parses back is the same double
-            assert_eq!(format!("{}", ceil_to_f64(edge)).parse::<f64>(), Ok(want));
-        }
-    }
-
-    #[test]
-    fn spread_buckets_split_unevenly_and_cover_the_window() {
-        let r = parse_spread_request(b"0", b"10", b"3").unwrap();
-        let bounds: Vec<_> = (0..3).map(|i| r.bucket_bounds_ms(i)).collect();
-        assert_eq!(bounds, [(0, 3), (3, 6), (6, 10)]);
-        let r = parse_spread_request(b"-9223372036854775808", b"9223372036854775807", b"10000")
-            .unwrap();
-        assert_eq!(r.bucket_bounds_ms(0).0, i64::MIN);
-        assert_eq!(r.bucket_bounds_ms(9999).1, i64::MAX);
-        for i in 0..9999 {
-            assert_eq!(r.bucket_bounds_ms(i).1, r.bucket_bounds_ms(i + 1).0);
-        }
+    fn spread_windows_are_read_in_the_full_i64_range() {
+        assert_eq!(
+            parse_spread_request(b"-9223372036854775808", b"9223372036854775807", b"10000"),
+            Ok(SpreadRequest {
+                start_ms: i64::MIN,
+                end_ms: i64::MAX,
+                buckets: 10_000
+            })
+        );
         assert_eq!(
             parse_spread_request(b"5", b"5", b"1"),
             Err(ArgError::SpreadEmptyRange)

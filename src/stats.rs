@@ -5,8 +5,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use redis_module::raw::{self, RedisModuleInfoCtx};
 use redis_module::RedisResult;
+
+use crate::server::info::{InfoSection, InfoWriter};
 
 static RETRIES: AtomicU64 = AtomicU64::new(0);
 static RETRIES_JITTERED: AtomicU64 = AtomicU64::new(0);
@@ -86,24 +87,27 @@ pub fn counted(result: RedisResult) -> RedisResult {
     result
 }
 
-/// The `INFO` callback: one section named after the module, whose fields the
-/// server prefixes with `echomq_`.
-pub extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: std::os::raw::c_int) {
-    raw::add_info_section(ctx, None);
-    for (name, counter) in [
-        ("retries", &RETRIES),
-        ("retries_jittered", &RETRIES_JITTERED),
-        ("promote_calls", &PROMOTE_CALLS),
-        ("promoted", &PROMOTED),
-        ("dead_lettered", &DEAD_LETTERED),
-        ("errors", &ERRORS),
-        ("auto_promote_ticks", &AUTO_TICKS),
-        ("auto_promoted", &AUTO_PROMOTED),
-        ("auto_promote_errors", &AUTO_ERRORS),
-        ("auto_promote_lag_ms_max", &AUTO_LAG_MS_MAX),
-    ] {
-        raw::add_info_field_unsigned_long_long(ctx, name, counter.load(Relaxed));
+/// The module's `INFO` section, whose fields the server prefixes with
+/// `echomq_`.
+pub struct Info;
+
+impl InfoSection for Info {
+    fn write(section: &mut InfoWriter) {
+        for (name, counter) in [
+            (c"retries", &RETRIES),
+            (c"retries_jittered", &RETRIES_JITTERED),
+            (c"promote_calls", &PROMOTE_CALLS),
+            (c"promoted", &PROMOTED),
+            (c"dead_lettered", &DEAD_LETTERED),
+            (c"errors", &ERRORS),
+            (c"auto_promote_ticks", &AUTO_TICKS),
+            (c"auto_promoted", &AUTO_PROMOTED),
+            (c"auto_promote_errors", &AUTO_ERRORS),
+            (c"auto_promote_lag_ms_max", &AUTO_LAG_MS_MAX),
+        ] {
+            section.field(name, counter.load(Relaxed));
+        }
+        // A gauge, not a counter: whether maxmemory-policy spares queue keys.
+        section.field(c"eviction_policy_safe", crate::eviction::safe());
     }
-    // A gauge, not a counter: whether maxmemory-policy spares queue keys.
-    raw::add_info_field_unsigned_long_long(ctx, "eviction_policy_safe", crate::eviction::safe());
 }

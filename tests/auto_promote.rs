@@ -537,8 +537,8 @@ fn a_wrong_typed_pair_is_skipped_counted_logged_once_and_others_still_served() {
     assert_eq!(bad, "a string");
     let log = server.log();
     for pair in [
-        "{bad}:schedule {bad}:pending",
-        "{bad2}:schedule {bad2}:pending",
+        "'{bad}:schedule' '{bad}:pending'",
+        "'{bad2}:schedule' '{bad2}:pending'",
     ] {
         let lines = log.lines().filter(|l| l.contains(pair)).count();
         assert_eq!(lines, 1, "{pair} logged {lines} times:\n{log}");

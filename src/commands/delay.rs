@@ -9,8 +9,8 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::keys::Arg;
 use crate::parse;
+use crate::server::keys::Arg;
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
 #[inline(never)]

@@ -13,7 +13,7 @@
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::auto_promote;
-use crate::keys::Arg;
+use crate::server::keys::Arg;
 
 pub fn echo_queues(_ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 1 {

@@ -26,11 +26,12 @@
 //! job was there) then `ZADD dead now_ms job` (the server wraps the two in
 //! MULTI/EXEC); a kept score sends nothing.
 
-use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::keys::{self, Arg, Key, Kind, Zadd, ZaddIf};
 use crate::parse::{self, ArgError, Compare, Presence, RetryOptions};
-use crate::{clock, stats};
+use crate::server::keys::{Arg, Key, Kind, Zadd, ZaddIf};
+use crate::server::{clock, context};
+use crate::stats;
 
 /// The argument index of the first option (after `attempts`).
 const FIRST_OPTION: usize = 5;
@@ -59,19 +60,19 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
             &*words
         }
         // Too many to be valid: routed by the schedule alone, then refused.
-        None if keys::is_keys_position_request(ctx) => {
-            keys::report_key_at(ctx, 1);
+        None if context::is_keys_position_request(ctx) => {
+            context::report_key_at(ctx, 1);
             return Ok(RedisValue::NoReply);
         }
         None => return Err(ArgError::Syntax.into()),
     };
-    if keys::is_keys_position_request(ctx) {
+    if context::is_keys_position_request(ctx) {
         // Cluster routing asks the command itself (`getkeys-api`): the
         // server's own slot check reads only the fixed key range otherwise,
         // and would let a dead set in another slot through.
-        keys::report_key_at(ctx, 1);
+        context::report_key_at(ctx, 1);
         if let Some(index) = parse::dead_key_index(words) {
-            keys::report_key_at(ctx, FIRST_OPTION + index);
+            context::report_key_at(ctx, FIRST_OPTION + index);
         }
         return Ok(RedisValue::NoReply);
     }
@@ -94,13 +95,13 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
                 Key::open_read(ctx, name)
             };
             key.require(Kind::SortedSet)?;
-            Some((name, key))
+            Some(key)
         }
         None => None,
     };
 
-    if let (true, Some((dead, dead_key))) = (dies, &dead) {
-        dead_letter(ctx, (schedule, &schedule_key), job, (dead, dead_key))?;
+    if let (true, Some(dead_key)) = (dies, &dead) {
+        dead_letter(&schedule_key, job, dead_key)?;
         stats::dead_lettered();
         return Ok(RedisValue::Integer(DEAD_LETTERED));
     }
@@ -121,16 +122,11 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     // delay_ms <= 10^13 and now is a Unix time, so this never saturates and
     // stays far below 2^53: the f64 score is the exact integer.
     let fire_at_ms = clock::now_ms().saturating_add(i64::try_from(delay_ms).unwrap_or(i64::MAX));
-    let reply = match schedule_key.zset_add(fire_at_ms as f64, job, zadd_if(presence, compare))? {
-        Zadd::Added | Zadd::Updated => {
-            keys::signal_modified(ctx, schedule);
-            keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zadd", schedule);
-            keys::replicate_zadd(ctx, schedule, fire_at_ms, job);
-            fire_at_ms
-        }
+    let reply = match schedule_key.zadd(fire_at_ms, job, zadd_if(presence, compare))? {
+        Zadd::Added | Zadd::Updated => fire_at_ms,
         // Kept by a condition, re-added at its own score, or kept out by XX.
         Zadd::Unchanged => schedule_key
-            .zset_score(job)
+            .zscore(job)
             .map_or(NOT_SCHEDULED, kept_score_ms),
     };
     stats::retried(request.delay.policy.is_jittered());
@@ -157,33 +153,16 @@ fn kept_score_ms(score: f64) -> i64 {
     score.floor() as i64
 }
 
-/// Moves `job` from `schedule` (if there) to `dead` at `now_ms`, with the
-/// events in the order `ZREM` then `ZADD` make them (the add sends `new`
-/// itself when it creates `dead`, so the removal goes first).
-fn dead_letter(
-    ctx: &Context,
-    (schedule, schedule_key): (&Arg, &Key),
-    job: &Arg,
-    (dead, dead_key): (&Arg, &Key),
-) -> Result<(), RedisError> {
-    let now_ms = clock::now_ms();
-    if schedule_key.zset_remove_one(job) {
-        keys::signal_modified(ctx, schedule);
-        keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zrem", schedule);
-        if schedule_key.kind() == Kind::Missing {
-            keys::notify(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"del", schedule);
-        }
-        keys::replicate_zrem(ctx, schedule, job);
-    }
+/// Moves `job` from `schedule` (if there) to `dead` at `now_ms`: `ZREM`
+/// then `ZADD`, so the events come in that order (the add sends `new` itself
+/// when it creates `dead`).
+fn dead_letter(schedule: &Key, job: &Arg, dead: &Key) -> Result<(), RedisError> {
+    schedule.zrem(job);
     // The add cannot fail once the job is out of the schedule: the server's
     // ZsetAdd refuses only a key not open for writing, a key of another type
     // (both ruled out above) and a NaN score (now_ms is a Unix time, exact
     // as a double).
-    if dead_key.zset_add(now_ms as f64, job, ZaddIf::Always)? != Zadd::Unchanged {
-        keys::signal_modified(ctx, dead);
-        keys::notify(ctx, raw::REDISMODULE_NOTIFY_ZSET, c"zadd", dead);
-        keys::replicate_zadd(ctx, dead, now_ms, job);
-    }
+    dead.zadd(clock::now_ms(), job, ZaddIf::Always)?;
     Ok(())
 }
 

@@ -12,8 +12,10 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::keys::{Arg, Key, Kind};
+use crate::buckets::{ceil_to_f64, edge_text};
+use crate::errors::ReplyError;
 use crate::parse;
+use crate::server::keys::{Arg, Key, Kind};
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
 #[inline(never)]
@@ -36,29 +38,17 @@ pub fn echo_spread(ctx: &Context, args: &[Arg]) -> RedisResult {
             // ZCOUNT is O(log N) through the set's own rank index; "(" makes
             // the upper edge exclusive. Edges are sent as the doubles the
             // integer edges round up to, which Display writes exactly.
-            let low = edge_text(parse::ceil_to_f64(low_ms));
-            let high = format!("({}", edge_text(parse::ceil_to_f64(high_ms)));
+            let low = edge_text(ceil_to_f64(low_ms));
+            let high = format!("({}", edge_text(ceil_to_f64(high_ms)));
             match ctx.call(
                 "ZCOUNT",
                 &[schedule.as_slice(), low.as_bytes(), high.as_bytes()],
             )? {
                 RedisValue::Integer(n) => n,
-                _ => return Err(RedisError::Str("ERR unexpected ZCOUNT reply")),
+                _ => return Err(ReplyError::ZcountReply.into()),
             }
         };
         counts.push(RedisValue::Integer(count));
     }
     Ok(RedisValue::Array(counts))
-}
-
-/// The decimal a range count parses back to `edge`, an integer-valued
-/// double. Integer formatting is several times cheaper than float formatting
-/// and exact below 2^63; only 2^63 itself (the edge of `i64::MAX`) is not an i64.
-fn edge_text(edge: f64) -> String {
-    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
-    if (-TWO_POW_63..TWO_POW_63).contains(&edge) {
-        (edge as i64).to_string()
-    } else {
-        format!("{edge}")
-    }
 }

@@ -12,9 +12,10 @@ use std::os::raw::c_int;
 use std::ptr;
 
 use redis_module::commands::{get_redis_key_spec, BeginSearch, FindKeys, KeySpec, KeySpecFlags};
-use redis_module::{raw, Context, RedisResult};
+use redis_module::{raw, Context, RedisError, RedisResult};
 
-use crate::keys::Arg;
+use crate::errors;
+use crate::server::keys::Arg;
 
 /// A command handler: the running command's arguments, its reply.
 pub type Handler = fn(&Context, &[Arg]) -> RedisResult;
@@ -69,13 +70,37 @@ macro_rules! entry_point {
         ) -> std::os::raw::c_int {
             let context = redis_module::Context::new(ctx);
             // SAFETY: the server passes the running command's own arguments.
-            let args = unsafe { $crate::keys::Arg::from_argv(argv, argc) };
-            let handler: $crate::commands::register::Handler = $handler;
+            let args = unsafe { $crate::server::keys::Arg::from_argv(argv, argc) };
+            let handler: $crate::server::register::Handler = $handler;
             let result = $crate::stats::counted(handler(&context, args));
-            context.reply(result) as std::os::raw::c_int
+            $crate::server::register::reply(&context, result)
         }
         entry
     }};
+}
+
+/// Replies with a handler's result. An error text passes through
+/// `errors::printable` first: the SDK turns it into a C string by casting
+/// each character to a byte, so a character such as U+0100 would become a
+/// NUL and panic inside the SDK (aborting the server).
+pub fn reply(ctx: &Context, result: RedisResult) -> c_int {
+    let result = result.map_err(|e| match e {
+        RedisError::String(text) => RedisError::String(errors::printable(&text)),
+        other => other,
+    });
+    ctx.reply(result) as c_int
+}
+
+/// Handlers signal modified keys themselves, and only keys they changed: a
+/// promote that moves nothing must not fail a WATCH.
+pub fn no_implicit_signal_modified(ctx: &Context) {
+    // SAFETY: checked at load; a live context at load.
+    unsafe {
+        api!(RedisModule_SetModuleOptions)(
+            ctx.ctx,
+            raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int,
+        )
+    };
 }
 
 static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
@@ -89,17 +114,14 @@ static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleComman
 /// any part: a module whose arity the server does not check would answer
 /// differently inside MULTI.
 pub fn register(ctx: &Context, table: &[Command]) -> Result<(), String> {
-    // SAFETY: the pointers are copied out of statics set once at load.
+    // SAFETY: pointers set once at load; all but the ACL one checked then.
     let (create, get_command, set_info, set_acl) = unsafe {
         (
-            raw::RedisModule_CreateCommand,
-            raw::RedisModule_GetCommand,
-            raw::RedisModule_SetCommandInfo,
+            api!(RedisModule_CreateCommand),
+            api!(RedisModule_GetCommand),
+            api!(RedisModule_SetCommandInfo),
             raw::RedisModule_SetCommandACLCategories,
         )
-    };
-    let (Some(create), Some(get_command), Some(set_info)) = (create, get_command, set_info) else {
-        return Err("this server has no command-info API (Redis 7.0+ or Valkey needed)".into());
     };
     for command in table {
         let name = command.name.to_string_lossy();

@@ -1,0 +1,208 @@
+//! Every error text the module replies with, refuses a config with, or logs
+//! a failing queue with: each written once, here.
+
+use std::fmt;
+
+use redis_module::RedisError;
+
+use crate::parse::MAX_SPREAD_BUCKETS;
+use crate::policy::{MAX_JITTER_LAYERS, MAX_MS};
+
+/// Said by ECHO.PROMOTE and by the auto-promote config alike.
+const SAME_KEYS: &str = "schedule and pending must be different keys";
+
+/// A malformed argument. `Display` gives the full error reply, `ERR` code
+/// included, so handlers answer in the server's own form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgError {
+    EmptyPolicy,
+    UnknownPolicy(String),
+    /// The wrapper named last, as written in lower case.
+    MissingInnerPolicy(&'static str),
+    MissingField(&'static str),
+    ExtraField(&'static str),
+    NotInteger(&'static str),
+    OutOfRange(&'static str),
+    MaxLessThanBase,
+    TooDeep,
+    Attempts,
+    Limit,
+    Syntax,
+    /// Two options ZADD itself refuses together, named as ZADD names them.
+    Conflict(&'static str),
+    MaxAttempts,
+    /// `MAXATTEMPTS` without `DEAD`, or the reverse: both or neither.
+    DeadNeedsBoth,
+    SameKey,
+    DeadIsSchedule,
+    SpreadBound(&'static str),
+    SpreadEmptyRange,
+    Buckets,
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ArgError::*;
+        match self {
+            EmptyPolicy => write!(f, "ERR invalid policy: empty"),
+            UnknownPolicy(name) => write!(
+                f,
+                "ERR invalid policy: unknown policy name '{name}' (expected fixed, exponential, jitter or equal-jitter)"
+            ),
+            MissingInnerPolicy(wrapper) => {
+                write!(f, "ERR invalid policy: '{wrapper}' needs an inner policy")
+            }
+            MissingField(form) => write!(f, "ERR invalid policy: missing field, expected {form}"),
+            ExtraField(form) => write!(f, "ERR invalid policy: extra field, expected {form}"),
+            NotInteger(field) => write!(
+                f,
+                "ERR invalid policy: {field} is not a canonical non-negative integer"
+            ),
+            OutOfRange(field) => write!(
+                f,
+                "ERR invalid policy: {field} is out of range (0..={MAX_MS} ms)"
+            ),
+            MaxLessThanBase => write!(f, "ERR invalid policy: max is less than base"),
+            TooDeep => write!(
+                f,
+                "ERR invalid policy: too deeply nested (at most {MAX_JITTER_LAYERS} jitter and equal-jitter layers)"
+            ),
+            Attempts => write!(
+                f,
+                "ERR attempts is not an integer or out of range (1..={})",
+                i64::MAX
+            ),
+            Limit => write!(
+                f,
+                "ERR LIMIT is not an integer or out of range (1..={})",
+                i64::MAX
+            ),
+            Syntax => write!(f, "ERR syntax error"),
+            Conflict(which) => write!(
+                f,
+                "ERR syntax error: {which} options at the same time are not compatible"
+            ),
+            MaxAttempts => write!(
+                f,
+                "ERR MAXATTEMPTS is not an integer or out of range (1..={})",
+                i64::MAX
+            ),
+            DeadNeedsBoth => write!(
+                f,
+                "ERR syntax error: MAXATTEMPTS and DEAD must be given together"
+            ),
+            SameKey => write!(f, "ERR {SAME_KEYS}"),
+            DeadIsSchedule => write!(f, "ERR schedule and dead must be different keys"),
+            SpreadBound(name) => write!(f, "ERR {name} is not an integer or out of range"),
+            SpreadEmptyRange => write!(f, "ERR end_ms must be greater than start_ms"),
+            Buckets => write!(
+                f,
+                "ERR buckets is not an integer or out of range (1..={MAX_SPREAD_BUCKETS})"
+            ),
+        }
+    }
+}
+
+impl From<ArgError> for RedisError {
+    fn from(err: ArgError) -> Self {
+        RedisError::String(err.to_string())
+    }
+}
+
+/// A failure after the arguments were read. The texts are the server's own
+/// where a native command has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyError {
+    /// XADD's words for a stream whose IDs have run out.
+    StreamFull,
+    /// The low-level ZsetAdd refused a write the type checks allowed.
+    ZsetAdd,
+    /// A range count inside ECHO.SPREAD answered something else.
+    ZcountReply,
+}
+
+impl ReplyError {
+    pub const fn text(self) -> &'static str {
+        match self {
+            ReplyError::StreamFull => {
+                "ERR The stream has exhausted the last possible ID, unable to add more items"
+            }
+            ReplyError::ZsetAdd => "ERR could not add to the sorted set",
+            ReplyError::ZcountReply => "ERR unexpected ZCOUNT reply",
+        }
+    }
+}
+
+impl From<ReplyError> for RedisError {
+    fn from(err: ReplyError) -> Self {
+        RedisError::Str(err.text())
+    }
+}
+
+/// Why CONFIG SET refuses a value of `echomq.auto-promote` (the server puts
+/// it after its own `ERR CONFIG SET failed ...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PairsError {
+    OddNames,
+    SameKeys,
+    ScheduleTwice,
+}
+
+impl PairsError {
+    pub const fn text(self) -> &'static str {
+        match self {
+            PairsError::OddNames => "odd number of key names: give schedule pending pairs",
+            PairsError::SameKeys => SAME_KEYS,
+            PairsError::ScheduleTwice => "a schedule is named twice",
+        }
+    }
+}
+
+/// Why the auto-promote timer skips a pair, in its log line.
+pub const PAIR_CROSSSLOT: &str = "CROSSSLOT the two keys hash to different slots";
+pub const PAIR_WRONGTYPE: &str =
+    "WRONGTYPE the schedule is not a sorted set or pending neither a list nor a stream";
+pub const PAIR_FAILED: &str = "ERR the move failed";
+
+/// An error text as the SDK can send it: printable ASCII and spaces kept,
+/// every other byte (controls, NUL, and each byte of a non-ASCII character)
+/// as `\xNN`. The SDK converts an error text to a C string by casting each
+/// character to one byte, so anything else could turn into a NUL and panic.
+pub fn printable(text: &str) -> String {
+    if text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b == b' ' || b.is_ascii_graphic() {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_texts_become_printable_ascii() {
+        assert_eq!(printable("ERR plain text"), "ERR plain text");
+        assert_eq!(printable("ERR a\0b\r\n"), "ERR a\\x00b\\x0d\\x0a");
+        // U+0100 cast to a byte is NUL: it must never reach the SDK as is.
+        assert_eq!(printable("ERR \u{100}"), "ERR \\xc4\\x80");
+        assert!(printable("ERR \u{e9}%s")
+            .bytes()
+            .all(|b| b.is_ascii_graphic() || b == b' '));
+    }
+
+    #[test]
+    fn the_shared_text_is_written_once() {
+        assert_eq!(
+            ArgError::SameKey.to_string(),
+            format!("ERR {}", PairsError::SameKeys.text())
+        );
+    }
+}

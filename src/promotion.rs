@@ -1,0 +1,114 @@
+//! The one move of due jobs from a schedule to pending, shared by
+//! `ECHO.PROMOTE` and the auto-promote timer, so the two can never differ.
+//!
+//! `pending` a list (or missing: a list is created): each member is pushed
+//! at the head in fire-time order, so the earliest-due job sits at the right
+//! end and `RPOP`/`BRPOP` take it first. `pending` a stream: each becomes one
+//! entry `job <member>` with an ID the server chooses, in fire-time order, so
+//! a consumer group delivers the earliest-due first. Both keys are
+//! type-checked before anything is written.
+
+use std::time::{Duration, Instant};
+
+use redis_module::{Context, RedisError};
+
+use crate::errors::ReplyError;
+use crate::server::keys::{Arg, Key, Kind};
+
+/// How long one move may hold the server: unbounded for a client's
+/// ECHO.PROMOTE (its LIMIT is the client's own choice, and shows as the
+/// command's latency), a budget for the timer, which no client waits on.
+#[derive(Clone, Copy, Debug)]
+pub enum TimeLimit {
+    Unbounded,
+    /// Stop after the batch that ran past this much time.
+    Budget(Duration),
+}
+
+/// A budgeted move works in batches of this many members, checking the
+/// clock between them (reading the clock costs tens of nanoseconds; a batch
+/// of 64 takes some microseconds).
+const BUDGET_BATCH: u64 = 64;
+
+/// What one move did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Moved {
+    pub count: u64,
+    /// The fire time of the earliest member moved (the timer's lag).
+    pub earliest_ms: Option<f64>,
+    /// Why the rest of the due members stayed scheduled: a stream out of
+    /// IDs refused them. What moved stays moved.
+    pub refused: Option<ReplyError>,
+    /// The time budget ran out with members maybe still due.
+    pub out_of_time: bool,
+}
+
+/// Where moved members go, chosen by the type of the existing `pending` key.
+enum Sink {
+    List,
+    Stream,
+}
+
+/// Moves the members of `schedule` due at `now_ms`, at most `limit`, to
+/// `pending`, with every effect (events, signals, replication) of the
+/// equivalent `ZREM` then `LPUSH` (or `XADD`s). The caller has made sure the
+/// two names differ. Within a budget the move is done in batches, each its
+/// own `ZREM` and `LPUSH` (or `XADD`s): the same end state.
+pub fn move_due(
+    ctx: &Context,
+    schedule: &Arg,
+    pending: &Arg,
+    limit: u64,
+    now_ms: i64,
+    time_limit: TimeLimit,
+) -> Result<Moved, RedisError> {
+    let schedule_key = Key::open_write(ctx, schedule);
+    schedule_key.require(Kind::SortedSet)?;
+    let pending_key = Key::open_write(ctx, pending);
+    let sink = match pending_key.kind() {
+        Kind::Missing | Kind::List => Sink::List,
+        Kind::Stream => Sink::Stream,
+        Kind::SortedSet | Kind::Other => return Err(RedisError::WrongType),
+    };
+    let (batch, deadline) = match time_limit {
+        TimeLimit::Unbounded => (limit, None),
+        TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
+    };
+
+    let mut moved = Moved::default();
+    while moved.count < limit {
+        let want = (limit - moved.count).min(batch);
+        // now_ms is an integer far below 2^53, so the f64 bound is exact and a
+        // member due at exactly now_ms (or any fraction before it) is included.
+        let mut due = schedule_key.zset_due(now_ms as f64, want);
+        let found = due.len() as u64;
+        // A stream appends first, and may refuse the tail of the batch (its
+        // IDs run out): only what it took leaves the schedule.
+        let appended = match sink {
+            Sink::Stream => Some(pending_key.xadd_jobs(&mut due)),
+            Sink::List => None,
+        };
+        // Effects in the order `ZREM` then `LPUSH` (or `XADD`s) make them.
+        schedule_key.zrem_all(&due);
+        match appended {
+            Some(appended) => pending_key.publish(appended, &due),
+            None => pending_key.lpush_all(&due),
+        }
+        if moved.earliest_ms.is_none() {
+            moved.earliest_ms = due.earliest_score();
+        }
+        moved.count += due.len() as u64;
+        if (due.len() as u64) < found {
+            moved.refused = Some(ReplyError::StreamFull);
+            break;
+        }
+        if found < want {
+            break;
+        }
+        if deadline.is_some_and(|at| Instant::now() >= at) {
+            moved.out_of_time = moved.count < limit;
+            break;
+        }
+    }
+    Ok(moved)
+}

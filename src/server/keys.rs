@@ -1,0 +1,582 @@
+//! Keys and their effects, over the server's low-level key API.
+//!
+//! The low-level API is used instead of calling ZADD/ZREM/LPUSH through
+//! `RedisModule_Call`, which would build an argument vector and a reply per
+//! call. It sends no keyspace notifications and, with the module option
+//! `NO_IMPLICIT_SIGNAL_MODIFIED`, no modified-key signals. So each write here
+//! is one method that does all four legs of a native command's effect: the
+//! write, the modified-key signal (WATCH, client-side caching), the keyspace
+//! event, and the replication of the concrete command (never the module's
+//! own, whose clock and random draw differ on a replica and an AOF reload).
+//! A handler cannot forget a leg, and none is sent when nothing changed.
+
+use std::ffi::CStr;
+use std::os::raw::{c_int, c_longlong};
+use std::ptr;
+
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
+use redis_module::{Context, RedisError};
+
+use crate::errors::ReplyError;
+
+/// The key types the commands distinguish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Missing,
+    SortedSet,
+    List,
+    Stream,
+    Other,
+}
+
+/// ZADD's conditions, as the server's low-level ZsetAdd takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZaddIf {
+    Always,
+    /// `NX`
+    New,
+    /// `XX`
+    Existing,
+    /// `GT`: a new member, or a greater score.
+    Greater,
+    /// `LT`: a new member, or a lower score.
+    Less,
+    /// `XX GT`
+    ExistingGreater,
+    /// `XX LT`
+    ExistingLess,
+}
+
+/// What a conditional add did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Zadd {
+    Added,
+    Updated,
+    /// Nothing written: the member kept its score (or, under `XX`, stayed
+    /// out), or it was re-added at the score it had.
+    Unchanged,
+}
+
+/// One argument of the running command, borrowed from the server's argv:
+/// valid for the call, never retained or freed by the module. (The SDK's
+/// `Vec<RedisString>` would allocate and retain every argument per call.)
+#[repr(transparent)]
+pub struct Arg(*mut RedisModuleString);
+
+impl Arg {
+    /// Views the server's `argv` of `argc` arguments.
+    ///
+    /// # Safety
+    /// `argv` must point to `argc` live strings that outlive the returned
+    /// slice: the server's arguments of the command now running.
+    pub unsafe fn from_argv<'a>(argv: *mut *mut RedisModuleString, argc: c_int) -> &'a [Arg] {
+        match usize::try_from(argc) {
+            // Arg is a transparent wrapper of the pointer, so the layouts agree.
+            Ok(len) if !argv.is_null() => unsafe {
+                std::slice::from_raw_parts(argv.cast::<Arg>(), len)
+            },
+            _ => &[],
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        let mut len = 0usize;
+        // SAFETY: a live argument string; the bytes stay valid while it does.
+        unsafe {
+            let bytes = api!(RedisModule_StringPtrLen)(self.0, &mut len);
+            if bytes.is_null() {
+                return &[];
+            }
+            std::slice::from_raw_parts(bytes.cast::<u8>(), len)
+        }
+    }
+}
+
+/// A key name the module made (the auto-promote timer has no command
+/// arguments), freed when dropped; `arg()` lends it as an argument.
+pub struct OwnedName {
+    ctx: *mut RedisModuleCtx,
+    ptr: *mut RedisModuleString,
+}
+
+impl OwnedName {
+    pub fn new(ctx: &Context, bytes: &[u8]) -> OwnedName {
+        // SAFETY: CreateString copies the bytes; the string is freed in Drop
+        // with the same context.
+        let ptr =
+            unsafe { api!(RedisModule_CreateString)(ctx.ctx, bytes.as_ptr().cast(), bytes.len()) };
+        OwnedName { ctx: ctx.ctx, ptr }
+    }
+
+    pub fn arg(&self) -> &Arg {
+        // SAFETY: Arg is a transparent wrapper of the same pointer type, and
+        // the string lives as long as self.
+        unsafe { &*ptr::from_ref(&self.ptr).cast::<Arg>() }
+    }
+}
+
+impl Drop for OwnedName {
+    fn drop(&mut self) {
+        // SAFETY: made by CreateString with this context, freed exactly once.
+        unsafe { api!(RedisModule_FreeString)(self.ctx, self.ptr) };
+    }
+}
+
+/// An open key and its name, closed when dropped.
+pub struct Key<'a> {
+    ctx: &'a Context,
+    name: &'a Arg,
+    ptr: *mut RedisModuleKey,
+}
+
+impl<'a> Key<'a> {
+    /// Opens `name` for reading and writing. Nothing is written, and no key is
+    /// created, until a write is made.
+    pub fn open_write(ctx: &'a Context, name: &'a Arg) -> Key<'a> {
+        Key::open(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+    }
+
+    /// Opens `name` for reading. A missing key gives a null handle, which the
+    /// methods below treat as empty.
+    pub fn open_read(ctx: &'a Context, name: &'a Arg) -> Key<'a> {
+        Key::open(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    fn open(ctx: &'a Context, name: &'a Arg, mode: u32) -> Key<'a> {
+        // SAFETY: ctx and name are live for this call; OpenKey copies what it keeps.
+        let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode as c_int) };
+        Key { ctx, name, ptr }
+    }
+
+    pub fn kind(&self) -> Kind {
+        if self.ptr.is_null() {
+            return Kind::Missing;
+        }
+        // SAFETY: a live handle.
+        let kind = unsafe { api!(RedisModule_KeyType)(self.ptr) } as isize;
+        match kind {
+            raw::REDISMODULE_KEYTYPE_EMPTY => Kind::Missing,
+            raw::REDISMODULE_KEYTYPE_ZSET => Kind::SortedSet,
+            raw::REDISMODULE_KEYTYPE_LIST => Kind::List,
+            raw::REDISMODULE_KEYTYPE_STREAM => Kind::Stream,
+            _ => Kind::Other,
+        }
+    }
+
+    /// Fails with `WRONGTYPE` unless the key is missing or of kind `want`.
+    pub fn require(&self, want: Kind) -> Result<(), RedisError> {
+        match self.kind() {
+            Kind::Missing => Ok(()),
+            kind if kind == want => Ok(()),
+            _ => Err(RedisError::WrongType),
+        }
+    }
+
+    /// The score of `member`, or `None` when it is not in the set (or the
+    /// key is missing).
+    pub fn zscore(&self, member: &Arg) -> Option<f64> {
+        if self.kind() != Kind::SortedSet {
+            return None;
+        }
+        let mut score = 0.0;
+        // SAFETY: a live handle of a sorted set; ZsetScore fails only for a
+        // member that is not there.
+        let status = unsafe { api!(RedisModule_ZsetScore)(self.ptr, member.0, &mut score) };
+        (status == raw::REDISMODULE_OK as c_int).then_some(score)
+    }
+
+    /// Copies out the members with score `<= max_score`, lowest first (ties in
+    /// the set's own order), at most `limit` of them, with the lowest score.
+    pub fn zset_due(&self, max_score: f64, limit: u64) -> Members {
+        let mut members = Members::new(self.ctx.ctx);
+        if self.kind() != Kind::SortedSet {
+            return members;
+        }
+        // SAFETY: a live handle of a sorted set. The range iterator is stopped
+        // before returning, and members are copied (owned strings), so the
+        // set may be changed afterwards.
+        unsafe {
+            let first = api!(RedisModule_ZsetFirstInScoreRange)(
+                self.ptr,
+                f64::NEG_INFINITY,
+                max_score,
+                0,
+                0,
+            );
+            if first != raw::REDISMODULE_OK as c_int {
+                return members;
+            }
+            // Room for a typical batch; a larger one grows as it is found, so a
+            // huge LIMIT on a huge set with little due allocates little.
+            let len = api!(RedisModule_ValueLength)(self.ptr) as u64;
+            members
+                .ptrs
+                .reserve(usize::try_from(limit.min(len).min(1024)).unwrap_or(0));
+            while (members.ptrs.len() as u64) < limit
+                && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0
+            {
+                let mut score = 0.0f64;
+                let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
+                if member.is_null() {
+                    break;
+                }
+                members.earliest_score.get_or_insert(score);
+                members.ptrs.push(member);
+                if api!(RedisModule_ZsetRangeNext)(self.ptr) == 0 {
+                    break;
+                }
+            }
+            api!(RedisModule_ZsetRangeStop)(self.ptr);
+        }
+        members
+    }
+
+    /// `ZADD key [cond] score_ms member`: adds `member`, or replaces its
+    /// score, as ZADD with the condition does; when that changed the set,
+    /// signals, sends `zadd` and replicates `ZADD key score_ms member`. The
+    /// caller has checked the key's type.
+    pub fn zadd(&self, score_ms: i64, member: &Arg, when: ZaddIf) -> Result<Zadd, RedisError> {
+        let mut flags: c_int = match when {
+            ZaddIf::Always => 0,
+            ZaddIf::New => raw::REDISMODULE_ZADD_NX as c_int,
+            ZaddIf::Existing => raw::REDISMODULE_ZADD_XX as c_int,
+            ZaddIf::Greater => raw::REDISMODULE_ZADD_GT as c_int,
+            ZaddIf::Less => raw::REDISMODULE_ZADD_LT as c_int,
+            ZaddIf::ExistingGreater => {
+                (raw::REDISMODULE_ZADD_XX | raw::REDISMODULE_ZADD_GT) as c_int
+            }
+            ZaddIf::ExistingLess => (raw::REDISMODULE_ZADD_XX | raw::REDISMODULE_ZADD_LT) as c_int,
+        };
+        // Scores are Unix-ms integers far below 2^53: the double is exact.
+        let score = score_ms as f64;
+        // SAFETY: a live write handle of a missing key or a sorted set (checked
+        // by the caller); ZsetAdd refuses NaN and wrong types with an error.
+        let status = unsafe { api!(RedisModule_ZsetAdd)(self.ptr, score, member.0, &mut flags) };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(ReplyError::ZsetAdd.into());
+        }
+        // ADDED or UPDATED only for a real change. A member re-added at its
+        // own score sets neither (a native ZADD then writes nothing); NOP
+        // means the condition kept the member as it was, or kept it out.
+        let done = if flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0 {
+            Zadd::Added
+        } else if flags & raw::REDISMODULE_ZADD_UPDATED as c_int != 0 {
+            Zadd::Updated
+        } else {
+            Zadd::Unchanged
+        };
+        if done != Zadd::Unchanged {
+            self.signal();
+            self.notify(raw::REDISMODULE_NOTIFY_ZSET, c"zadd");
+            // SAFETY: "sls" names exactly the three arguments passed, with
+            // their C types (string, long long, string).
+            unsafe {
+                api!(RedisModule_Replicate)(
+                    self.ctx.ctx,
+                    c"ZADD".as_ptr(),
+                    c"sls".as_ptr(),
+                    self.name.0,
+                    score_ms as c_longlong,
+                    member.0,
+                )
+            };
+        }
+        Ok(done)
+    }
+
+    /// `ZREM key member`: `true` when it was there, and then signalled, sent
+    /// as `zrem` (and `del` when the set emptied and the server deleted it)
+    /// and replicated.
+    pub fn zrem(&self, member: &Arg) -> bool {
+        if self.kind() != Kind::SortedSet {
+            return false;
+        }
+        let mut deleted: c_int = 0;
+        // SAFETY: a live write handle of a sorted set.
+        unsafe { api!(RedisModule_ZsetRem)(self.ptr, member.0, &mut deleted) };
+        if deleted == 0 {
+            return false;
+        }
+        self.zrem_events();
+        // SAFETY: "ss" names exactly the two string arguments passed.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                self.ctx.ctx,
+                c"ZREM".as_ptr(),
+                c"ss".as_ptr(),
+                self.name.0,
+                member.0,
+            )
+        };
+        true
+    }
+
+    /// `ZREM key m1..mk` of members just read from this set, with its
+    /// signal, events and replication.
+    pub fn zrem_all(&self, members: &Members) {
+        if members.is_empty() {
+            return;
+        }
+        for &member in &members.ptrs {
+            let mut deleted: c_int = 0;
+            // SAFETY: a live write handle; member is an owned live string.
+            // ZsetRem fails only for a key not open for writing or not a
+            // sorted set, which the caller has ruled out.
+            unsafe { api!(RedisModule_ZsetRem)(self.ptr, member, &mut deleted) };
+        }
+        self.zrem_events();
+        self.replicate_members(c"ZREM", members);
+    }
+
+    fn zrem_events(&self) {
+        self.signal();
+        self.notify(raw::REDISMODULE_NOTIFY_ZSET, c"zrem");
+        if self.kind() == Kind::Missing {
+            self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+        }
+    }
+
+    /// `LPUSH key m1..mk`: each pushed at the head, in order, with the signal,
+    /// the `lpush` event and the replication. The caller has checked the type.
+    pub fn lpush_all(&self, members: &Members) {
+        if members.is_empty() {
+            return;
+        }
+        for &member in &members.ptrs {
+            // SAFETY: a live write handle of a missing key or a list (checked
+            // by the caller); ListPush copies the element. It fails only for a
+            // key not open for writing or of another type: ruled out.
+            unsafe {
+                api!(RedisModule_ListPush)(self.ptr, raw::REDISMODULE_LIST_HEAD as c_int, member)
+            };
+        }
+        self.signal();
+        self.notify(raw::REDISMODULE_NOTIFY_LIST, c"lpush");
+        self.replicate_members(c"LPUSH", members);
+    }
+
+    /// The write half of `XADD key * job <member>` per member, in order: the
+    /// entries go in, with IDs the server chooses. Stops at the first entry
+    /// the stream refuses (its IDs exhausted) and drops the members it did
+    /// not take, so `members` ends as exactly what was appended. The effects
+    /// are `publish`ed apart, after whatever the caller sends before them.
+    pub fn xadd_jobs(&self, members: &mut Members) -> Appended {
+        let mut ids = Vec::with_capacity(members.len());
+        // SAFETY: a static 3-byte string; freed below, after its last use.
+        let field = unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, c"job".as_ptr(), 3) };
+        for &member in &members.ptrs {
+            let mut fields = [field, member];
+            let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
+            // SAFETY: a live write handle of a stream (checked by the caller);
+            // `fields` holds one field-value pair of live strings, which the
+            // server copies.
+            let status = unsafe {
+                api!(RedisModule_StreamAdd)(
+                    self.ptr,
+                    raw::REDISMODULE_STREAM_ADD_AUTOID as c_int,
+                    &mut id,
+                    fields.as_mut_ptr(),
+                    1,
+                )
+            };
+            if status != raw::REDISMODULE_OK as c_int {
+                break;
+            }
+            ids.push(StreamId {
+                ms: id.ms,
+                seq: id.seq,
+            });
+        }
+        // SAFETY: created above and no longer used.
+        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, field) };
+        members.truncate(ids.len());
+        Appended { ids }
+    }
+
+    /// The effects of `xadd_jobs`: the signal (closing the key then wakes
+    /// XREAD/XREADGROUP), one `xadd` event per entry, and one
+    /// `XADD key <ms>-<seq> job <member>` per entry with the very ID the
+    /// primary chose, so a replica holds the same entries and last ID.
+    pub fn publish(&self, appended: Appended, members: &Members) {
+        if appended.ids.is_empty() {
+            return;
+        }
+        self.signal();
+        for _ in &appended.ids {
+            self.notify(raw::REDISMODULE_NOTIFY_STREAM, c"xadd");
+        }
+        for (id, &member) in appended.ids.iter().zip(&members.ptrs) {
+            // On the stack: a heap string per entry was a tenth of a promote of 1000.
+            let mut buffer = [0u8; STREAM_ID_MAX_LEN];
+            let text = id.write_to(&mut buffer);
+            // SAFETY: "sbcs": a string, a buffer as pointer and length, a C
+            // string and a string, all live for the call, which copies them.
+            unsafe {
+                api!(RedisModule_Replicate)(
+                    self.ctx.ctx,
+                    c"XADD".as_ptr(),
+                    c"sbcs".as_ptr(),
+                    self.name.0,
+                    text.as_ptr(),
+                    text.len(),
+                    c"job".as_ptr(),
+                    member,
+                )
+            };
+        }
+    }
+
+    /// Tells the server the key was written: WATCH on it fails, client-side
+    /// caching invalidates. Once per written key, as native commands do.
+    fn signal(&self) {
+        // SAFETY: live context and key name.
+        unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name.0) };
+    }
+
+    /// The keyspace notification a native command sends, e.g. `zadd`.
+    fn notify(&self, class: c_int, event: &CStr) {
+        // SAFETY: live context and key name; the event string is static.
+        unsafe {
+            api!(RedisModule_NotifyKeyspaceEvent)(self.ctx.ctx, class, event.as_ptr(), self.name.0)
+        };
+    }
+
+    /// Sends `command key m1..mk` to replicas and the AOF (ZREM, LPUSH).
+    fn replicate_members(&self, command: &CStr, members: &Members) {
+        // SAFETY: "sv" is a string then a vector given as pointer and count;
+        // the vector's strings are live until `members` drops.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                self.ctx.ctx,
+                command.as_ptr(),
+                c"sv".as_ptr(),
+                self.name.0,
+                members.ptrs.as_ptr(),
+                members.ptrs.len(),
+            )
+        };
+    }
+}
+
+impl Drop for Key<'_> {
+    fn drop(&mut self) {
+        // SAFETY: CloseKey accepts null and each handle is closed once.
+        unsafe { api!(RedisModule_CloseKey)(self.ptr) };
+    }
+}
+
+/// The entries `xadd_jobs` appended, whose effects are still to be sent.
+#[must_use = "the entries are in the stream: publish their effects"]
+pub struct Appended {
+    ids: Vec<StreamId>,
+}
+
+/// A stream entry ID, `<ms>-<seq>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StreamId {
+    ms: u64,
+    seq: u64,
+}
+
+/// `<ms>-<seq>` is at most 20 digits, a dash and 20 digits.
+const STREAM_ID_MAX_LEN: usize = 41;
+
+impl StreamId {
+    /// Writes `<ms>-<seq>` into `buffer` and gives the bytes written.
+    fn write_to(self, buffer: &mut [u8; STREAM_ID_MAX_LEN]) -> &[u8] {
+        // Backwards from the end, seq first. Two u64s take at most 20 digits
+        // each, so with the dash `at` never goes below 0.
+        let mut at = STREAM_ID_MAX_LEN;
+        for (part, mut n) in [self.seq, self.ms].into_iter().enumerate() {
+            if part == 1 {
+                at -= 1;
+                buffer[at] = b'-';
+            }
+            loop {
+                at -= 1;
+                buffer[at] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        &buffer[at..]
+    }
+}
+
+/// Owned copies of sorted-set members, freed when dropped.
+pub struct Members {
+    ctx: *mut RedisModuleCtx,
+    ptrs: Vec<*mut RedisModuleString>,
+    /// The score of the first (earliest-due) member: the timer's lag.
+    earliest_score: Option<f64>,
+}
+
+impl Members {
+    fn new(ctx: *mut RedisModuleCtx) -> Members {
+        Members {
+            ctx,
+            ptrs: Vec::new(),
+            earliest_score: None,
+        }
+    }
+
+    pub fn earliest_score(&self) -> Option<f64> {
+        self.earliest_score
+    }
+
+    pub fn len(&self) -> usize {
+        self.ptrs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ptrs.is_empty()
+    }
+
+    /// Keeps the first `len` members, freeing the rest.
+    fn truncate(&mut self, len: usize) {
+        for &member in self.ptrs.get(len..).unwrap_or(&[]) {
+            // SAFETY: returned by the range iterator, freed once: it leaves the vector.
+            unsafe { api!(RedisModule_FreeString)(self.ctx, member) };
+        }
+        self.ptrs.truncate(len);
+        if len == 0 {
+            self.earliest_score = None;
+        }
+    }
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for &member in &self.ptrs {
+            // SAFETY: each string was returned to us by the range iterator
+            // and is freed exactly once.
+            unsafe { api!(RedisModule_FreeString)(self.ctx, member) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ids_print_as_the_server_prints_them() {
+        let mut buffer = [0u8; STREAM_ID_MAX_LEN];
+        for (ms, seq, want) in [
+            (0, 0, "0-0"),
+            (1, 2, "1-2"),
+            (1_796_100_416_178, 0, "1796100416178-0"),
+            (10, 10, "10-10"),
+            (
+                u64::MAX,
+                u64::MAX,
+                "18446744073709551615-18446744073709551615",
+            ),
+        ] {
+            let id = StreamId { ms, seq };
+            assert_eq!(id.write_to(&mut buffer), want.as_bytes());
+        }
+    }
+}

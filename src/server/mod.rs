@@ -1,0 +1,96 @@
+//! Every call into the server's C API, behind small safe wrappers: the rest
+//! of the crate is safe Rust, and this folder is the one a reviewer audits
+//! for `unsafe`. Each wrapper relies only on what the module API documents:
+//! the function pointers are set once at load, a key handle stays valid
+//! until closed, a string until freed.
+
+/// Lists each server function the wrappers call through `api!`, once:
+/// `missing_api` checks them at load.
+macro_rules! for_each_api {
+    ($callback:ident) => {
+        $callback!(
+            RedisModule_OpenKey,
+            RedisModule_CloseKey,
+            RedisModule_KeyType,
+            RedisModule_ValueLength,
+            RedisModule_ZsetAdd,
+            RedisModule_ZsetRem,
+            RedisModule_ZsetScore,
+            RedisModule_ZsetFirstInScoreRange,
+            RedisModule_ZsetRangeCurrentElement,
+            RedisModule_ZsetRangeNext,
+            RedisModule_ZsetRangeEndReached,
+            RedisModule_ZsetRangeStop,
+            RedisModule_ListPush,
+            RedisModule_StreamAdd,
+            RedisModule_FreeString,
+            RedisModule_CreateString,
+            RedisModule_StringPtrLen,
+            RedisModule_SignalModifiedKey,
+            RedisModule_NotifyKeyspaceEvent,
+            RedisModule_Replicate,
+            RedisModule_IsKeysPositionRequest,
+            RedisModule_KeyAtPos,
+            RedisModule_GetContextFlags,
+            RedisModule_AvoidReplicaTraffic,
+            RedisModule_SelectDb,
+            RedisModule_Milliseconds,
+            RedisModule_Log,
+            RedisModule_LatencyAddSample,
+            RedisModule_CreateTimer,
+            RedisModule_StopTimer,
+            RedisModule_RegisterStringConfig,
+            RedisModule_RegisterNumericConfig,
+            RedisModule_LoadConfigs,
+            RedisModule_SubscribeToServerEvent,
+            RedisModule_GetServerInfo,
+            RedisModule_ServerInfoGetFieldC,
+            RedisModule_FreeServerInfo,
+            RedisModule_RegisterInfoFunc,
+            RedisModule_InfoAddSection,
+            RedisModule_InfoAddFieldULongLong,
+            RedisModule_CreateCommand,
+            RedisModule_GetCommand,
+            RedisModule_SetCommandInfo,
+            RedisModule_SetModuleOptions
+        )
+    };
+}
+
+/// A server function checked at load. The module refuses to load unless
+/// `missing_api` is `None`, and the pointers never change after load: that
+/// is what makes this infallible.
+macro_rules! api {
+    ($name:ident) => {
+        match redis_module::raw::$name {
+            Some(f) => f,
+            // Cannot fire: missing_api() was None at load.
+            None => unreachable!(concat!(stringify!($name), " is checked at load")),
+        }
+    };
+}
+
+pub mod clock;
+pub mod config;
+pub mod context;
+pub mod events;
+pub mod info;
+pub mod keys;
+pub mod log;
+pub mod register;
+pub mod timer;
+
+/// The first server function the module calls that this server does not
+/// provide, if any. Checked first thing at load.
+pub fn missing_api() -> Option<&'static str> {
+    macro_rules! first_missing {
+        ($($name:ident),*) => {{
+            // SAFETY: copies a pointer written once at load, before any command.
+            $(if unsafe { redis_module::raw::$name }.is_none() {
+                return Some(stringify!($name));
+            })*
+            None
+        }};
+    }
+    for_each_api!(first_missing)
+}
