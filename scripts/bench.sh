@@ -92,9 +92,9 @@ echo "client:   $(valkey-benchmark --version 2>/dev/null || echo valkey-benchmar
 start=$(date +%s)
 # In the background and waited for, so that a signal to this script acts at once;
 # from scripts/, where the package is, and exec'd, so that the pid waited for and
-# signalled is python3's own.
+# signalled is python3's own (-B: no __pycache__ left in the checkout).
 # shellcheck disable=SC2086
-(cd "$root/scripts" && exec python3 -m bench --port "$port" --worker "$worker" ${BENCH_ARGS:-}) &
+(cd "$root/scripts" && exec python3 -B -m bench --port "$port" --worker "$worker" ${BENCH_ARGS:-}) &
 driver_pid=$!
 wait "$driver_pid"
 driver_pid=""

@@ -58,7 +58,7 @@ declare -A fold=(
 )
 for w in "${workloads[@]}"; do
   valkey-cli -h 127.0.0.1 -p "$port" FLUSHALL SYNC >/dev/null
-  (cd "$root/scripts" && exec python3 -m bench --port "$port" --workload "$w" \
+  (cd "$root/scripts" && exec python3 -B -m bench --port "$port" --workload "$w" \
      --seconds "$((seconds + 3))") &
   driver=$!
   sleep 1.5
