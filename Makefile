@@ -1,40 +1,77 @@
 # echomq: `make run` and `make test` are all a fresh machine needs.
+# `make` alone (or `make help`) lists the targets and settings.
 SHELL := /bin/bash
 CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 MODULE := target/release/libechomq.so
+.DEFAULT_GOAL := help
 
-.PHONY: setup build run web test lint bench demo clean
+.PHONY: help setup build run web test lint fmt bench demo clean
+
+# Prints each target's `## description` (on its rule line) and each setting's
+# (a `## ` line right above its `?=` line, with the default).
+help: ## This list
+	@echo "usage: make TARGET [SETTING=value ...]"
+	@echo
+	@echo "targets:"
+	@awk -F ':.*## ' '/^[a-z][a-z-]*:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@echo
+	@echo "settings (make variables or environment):"
+	@awk '/^## / { doc = substr($$0, 4); next } \
+	  doc != "" && /^[A-Z_]+ \?=/ { v = $$0; sub(/^[A-Z_]+ \?= */, "", v); \
+	    printf "  %-15s %s (default: %s)\n", $$1, doc, (v == "" ? "unset" : v) } { doc = "" }' \
+	  $(MAKEFILE_LIST)
 
 # Installs Valkey 8 and libclang when missing, and for the tests of the web
 # view and the Node.js worker, Node.js, npm, a headless Chromium and
 # Prometheus's promtool (scripts/setup.sh says what to install by hand where
-# it cannot).
-setup:
+# it cannot). Always runs; `make build` runs it once per stamp below.
+setup: ## Install what building and testing need (CI=true: the optional tools too)
 	@bash scripts/setup.sh
 
+# build runs setup.sh once, not on every build: a stamp in target/ (so a fresh
+# clone, and `make clean`, run it again), remade when setup.sh changes. What
+# setup.sh installs depends on CI and the ECHOMQ_WITH_* switches, so each
+# combination has its own stamp: one made without CI=true does not skip the CI
+# install. `make setup` runs it again regardless.
+SETUP_SWITCHES := $(foreach t,REDIS NODE BROWSER PROMTOOL,$(if $(ECHOMQ_WITH_$(t)),-$(t)$(ECHOMQ_WITH_$(t))))
+space := $() $()
+SETUP_STAMP := target/.setup-stamp$(if $(filter true,$(CI)),-ci)$(subst $(space),,$(SETUP_SWITCHES))
+$(SETUP_STAMP): scripts/setup.sh
+	@bash scripts/setup.sh
+	@mkdir -p $(@D) && touch $@
+
 # The module (target/release/libechomq.so) and echomq-web, which tests/web.rs runs.
-build: setup
+build: $(SETUP_STAMP) ## Build the module and echomq-web (release)
 	$(CARGO) build --release --workspace
 
 # A local Valkey with the module, in the foreground, from valkey.conf.
-run: build
+run: build ## Start valkey-server with the module (valkey.conf), in the foreground
 	valkey-server valkey.conf
 
 # The live web view on http://127.0.0.1:8080/ (WEB_LISTEN to change it) of the
 # server `make run` starts (the port of valkey.conf), showing the examples'
-# queues (and any in the server's echomq.auto-promote config).
+# queues (and any in the server's echomq.auto-promote config). With
+# ECHOMQ_WEB_URL set, echomq-web takes the server from it instead (no --url
+# is passed, so the URL, which may hold a password, is not echoed).
+## where make web listens
 WEB_LISTEN ?= 127.0.0.1:8080
+## the queues make web shows
 WEB_QUEUES ?= jobs orders
+## the server make web shows, read by echomq-web (unset: make run's)
+ECHOMQ_WEB_URL ?=
+ifdef ECHOMQ_WEB_URL
+export ECHOMQ_WEB_URL
+endif
 VALKEY_PORT := $(shell awk '$$1 == "port" { print $$2 }' valkey.conf)
-web: build
-	./target/release/echomq-web --url redis://127.0.0.1:$(VALKEY_PORT)/ --listen $(WEB_LISTEN) \
+web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_URL)
+	./target/release/echomq-web $(if $(ECHOMQ_WEB_URL),,--url redis://127.0.0.1:$(VALKEY_PORT)/ )--listen $(WEB_LISTEN) \
 	  $(foreach q,$(WEB_QUEUES),--queue $(q))
 
 # Unit and property tests, then integration tests against real servers; then
 # the core suites again against Redis 7 when redis-server is installed (CI
 # installs it).
 REDIS_SUITES := --test commands --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction
-test: build
+test: build ## Run every test against real servers (and Redis 7 when installed)
 	$(CARGO) test --release --workspace
 	@if command -v redis-server >/dev/null 2>&1; then \
 	  echo "== Redis compatibility: core suites against $$(redis-server --version | cut -d' ' -f3)"; \
@@ -45,17 +82,23 @@ test: build
 
 # Side-by-side throughput, server time and memory against native commands and
 # Lua; prints one table (see BENCHMARKS.md). Starts its own server.
-bench: build
+## extra arguments of make bench, e.g. "--only spread --quick"
+BENCH_ARGS ?=
+export BENCH_ARGS
+bench: build ## Benchmark against native commands and Lua (starts its own server)
 	bash scripts/bench.sh
 
 # The herd made visible: a cohort without and with jitter, drawn in the
 # terminal and as an SVG. Starts its own server.
-demo: build
+demo: build ## Show the herd without and with jitter (starts its own server)
 	bash scripts/demo.sh
 
-lint:
+lint: ## cargo fmt --check and clippy -D warnings, as CI runs them
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
-clean:
+fmt: ## Format the workspace (cargo fmt --all)
+	$(CARGO) fmt --all
+
+clean: ## Remove target/ (the build, and the setup stamps)
 	$(CARGO) clean

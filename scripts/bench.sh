@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `make bench`: starts its own valkey-server with the module on a free
-# 127.0.0.1 port (own temp dir, no persistence), runs scripts/bench.py against
-# it, prints one table, and stops the server by pid, also on error or Ctrl-C.
+# 127.0.0.1 port (own temp dir, no persistence), runs the scripts/bench package
+# (python3 -m bench) against it, prints one table, and stops the server by pid,
+# also on error or Ctrl-C.
 #
 # Environment: ECHOMQ_MODULE (default target/release/libechomq.so),
 # ECHOMQ_WORKER (default target/release/examples/worker, built if stale),
-# BENCH_ARGS (extra bench.py arguments, e.g. "--quick" or "--rounds 7").
+# BENCH_ARGS (extra arguments of python3 -m bench, e.g. "--quick", "--rounds 7"
+# or "--only retry_options,spread": scripts/bench/__main__.py lists the sections).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -88,9 +90,11 @@ echo "server:   $(valkey-server --version)"
 echo "          pid $server_pid on 127.0.0.1:$port, --save \"\" --appendonly no, module $module"
 echo "client:   $(valkey-benchmark --version 2>/dev/null || echo valkey-benchmark), $(python3 --version)"
 start=$(date +%s)
-# In the background and waited for, so that a signal to this script acts at once.
+# In the background and waited for, so that a signal to this script acts at once;
+# from scripts/, where the package is, and exec'd, so that the pid waited for and
+# signalled is python3's own (-B: no __pycache__ left in the checkout).
 # shellcheck disable=SC2086
-python3 "$root/scripts/bench.py" --port "$port" --worker "$worker" ${BENCH_ARGS:-} &
+(cd "$root/scripts" && exec python3 -B -m bench --port "$port" --worker "$worker" ${BENCH_ARGS:-}) &
 driver_pid=$!
 wait "$driver_pid"
 driver_pid=""

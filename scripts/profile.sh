@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where the server's time goes, per command: starts its own valkey-server with
 # the module (127.0.0.1, free port, temp dir), drives one workload at a time
-# with scripts/bench.py --workload, samples the server with
+# with `python3 -m bench --workload` (scripts/bench/workloads.py), samples the server with
 # `perf record -e cpu-clock --call-graph dwarf -p <pid>`, and prints the top
 # self-time entries and the top inclusive entries of each workload.
 # Needs linux-perf (apt-get install linux-perf). Not part of `make bench`.
@@ -58,7 +58,8 @@ declare -A fold=(
 )
 for w in "${workloads[@]}"; do
   valkey-cli -h 127.0.0.1 -p "$port" FLUSHALL SYNC >/dev/null
-  python3 "$root/scripts/bench.py" --port "$port" --workload "$w" --seconds "$((seconds + 3))" &
+  (cd "$root/scripts" && exec python3 -B -m bench --port "$port" --workload "$w" \
+     --seconds "$((seconds + 3))") &
   driver=$!
   sleep 1.5
   valkey-cli -h 127.0.0.1 -p "$port" CONFIG RESETSTAT >/dev/null

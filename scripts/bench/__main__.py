@@ -1,0 +1,48 @@
+"""`python3 -m bench`: the sections given (all by default), then the table."""
+
+import argparse
+import signal
+import sys
+
+from . import (auto_promote, future_members, latency, memory, promote_stream, promotion,
+               retry_options, spread, throughput, web_scrape, worker_layouts)
+from .harness import DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
+from .workloads import workload
+
+# In the order they run; the names are --only's.
+SECTIONS = [("throughput", throughput), ("retry_options", retry_options),
+            ("promotion", promotion), ("future_members", future_members), ("latency", latency),
+            ("spread", spread), ("memory", memory), ("auto_promote", auto_promote),
+            ("promote_stream", promote_stream), ("worker_layouts", worker_layouts),
+            ("web_scrape", web_scrape)]
+
+
+def main():
+    # SIGTERM (from bench.sh's cleanup) unwinds like Ctrl-C: subprocess.run
+    # kills a running valkey-benchmark, the PING process is a daemon.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    ap = argparse.ArgumentParser(prog="bench")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="small sizes, for testing the script")
+    ap.add_argument("--only", default="", help="comma-separated sections")
+    ap.add_argument("--worker", default=DEFAULT_WORKER,
+                    help="the examples/worker binary, for the worker_layouts section")
+    ap.add_argument("--web", default=DEFAULT_WEB,
+                    help="the echomq-web binary, for the web_scrape section")
+    ap.add_argument("--workload")
+    ap.add_argument("--seconds", type=float, default=10)
+    a = ap.parse_args()
+    if a.workload:
+        workload(a.port, a.workload, a.seconds)
+        return
+    b = Bench(a.port, a.rounds, a.quick, a.worker, a.web)
+    sections = [(name, module.run) for name, module in SECTIONS]
+    if a.only:
+        sections = [s for s in sections if s[0] in a.only.split(",")]
+    elapsed = run_sections(b, sections)
+    report(b, elapsed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""What every section shares: the Bench (a connection to the server bench.sh
+started, the Lua scripts loaded, the rows measured so far), set-up fills,
+one timed promotion, the concurrent PING client, medians and the rotation
+that interleaves variants, and the final table."""
+
+import multiprocessing
+import os
+import socket
+import statistics
+import sys
+import time
+
+from .client import Conn, cmdstats, info
+
+SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LUA = os.path.join(SCRIPTS, "lua")
+# the binaries the worker_layouts and web_scrape sections run, as built by cargo
+DEFAULT_WORKER = os.path.join(SCRIPTS, "..", "target", "release", "examples", "worker")
+DEFAULT_WEB = os.path.join(SCRIPTS, "..", "target", "release", "echomq-web")
+
+# not-yet-due members in the promotion sections' schedules
+FUTURE = 10_000
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def rotate(items, r):
+    r %= len(items)
+    return items[r:] + items[:r]
+
+
+def ok(b):
+    return "yes" if b else "NO"
+
+
+def load_script(conn, name):
+    with open(os.path.join(LUA, name), "rb") as f:
+        return conn.call("SCRIPT", "LOAD", f.read()).decode()
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def settle(conn):
+    """Waits until the server has freed what DEL/FLUSHALL handed to its
+    background thread (lazyfree is on by default in Valkey 8), so that work
+    does not overlap the next measurement."""
+    for _ in range(600):
+        if int(info(conn, "memory").get("lazyfree_pending_objects", "0")) == 0:
+            return
+        time.sleep(0.05)
+
+
+class Bench:
+    def __init__(self, port, rounds, quick, worker=None, web=None):
+        self.port = port
+        self.worker = worker
+        self.web = web
+        self.rounds = rounds
+        self.quick = quick
+        self.c = Conn(port)
+        self.sha = {
+            "retry": load_script(self.c, "retry.lua"),
+            "promote": load_script(self.c, "promote.lua"),
+            "fill": load_script(self.c, "fill.lua"),
+        }
+        with open(os.path.join(LUA, "retry_function.lua"), "rb") as f:
+            self.c.call("FUNCTION", "LOAD", "REPLACE", f.read())
+        self.rows = []  # (section, row, value, min–max, unit, server_us, ratio, goal)
+        self.bench_cmds = []
+
+    def fill(self, key, n, first_score, step, prefix, first_index=0):
+        """Adds n members server-side (set-up, never measured)."""
+        return self.c.call("EVALSHA", self.sha["fill"], 1, key, n, first_score,
+                           step, prefix, first_index)
+
+    def fill_due(self, key, n):
+        # scores in the past (10^7 ms ago and on), distinct and increasing
+        return self.fill(key, n, now_ms() - 10_000_000, 1, "job:", 0)
+
+    def fill_future(self, key, n, prefix="future:"):
+        # not yet due: 10^9 ms (about 11.6 days) from now and later
+        return self.fill(key, n, now_ms() + 1_000_000_000, 1, prefix, 0)
+
+    def add(self, section, row, value, unit, server_us="", ratio="", goal="", samples=None,
+            fmt="%.0f"):
+        span = ""
+        if samples:
+            span = (fmt + "–" + fmt) % (min(samples), max(samples))
+        self.rows.append((section, row, value, span, unit, server_us, ratio, goal))
+
+    def promote_call(self, method, sched, pend, batch):
+        """One promotion of up to `batch` members; returns (moved, server µs,
+        client wall seconds). Server time is from INFO commandstats, reset
+        right before the call, so it holds exactly this call's commands."""
+        self.c.call("CONFIG", "RESETSTAT")
+        t0 = time.perf_counter()
+        if method == "module":
+            moved = self.c.call("ECHO.PROMOTE", sched, pend, "LIMIT", batch)
+        elif method == "lua":
+            moved = self.c.call("EVALSHA", self.sha["promote"], 2, sched, pend, batch)
+        else:  # the native commands issued by the client (not atomic)
+            due = self.c.call("ZRANGEBYSCORE", sched, "-inf", now_ms(), "LIMIT", 0, batch)
+            if due:
+                self.c.pipeline([["LPUSH", pend] + due,
+                                 ["ZREMRANGEBYRANK", sched, 0, len(due) - 1]])
+            moved = len(due)
+        wall = time.perf_counter() - t0
+        st = cmdstats(self.c)
+        if method == "module":
+            server = st.get("echo.promote", (0, 0))[1]
+        elif method == "lua":
+            server = st.get("evalsha", (0, 0))[1]
+        else:
+            server = sum(st.get(c, (0, 0))[1] for c in
+                         ("zrangebyscore", "lpush", "zremrangebyrank"))
+        return moved, server, wall
+
+    def promote_exactly(self, method, sched, pend, batch, name):
+        """promote_call, which must move a full batch (name says who did not)."""
+        moved, server, wall = self.promote_call(method, sched, pend, batch)
+        if moved != batch:
+            raise RuntimeError("%s moved %d, expected %d" % (name, moved, batch))
+        return server, wall
+
+
+def pinger(port, stop, q):
+    """A concurrent client: back-to-back PINGs, each timed."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    lat = []
+    msg = b"*1\r\n$4\r\nPING\r\n"
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        s.sendall(msg)
+        buf = b""
+        while not buf.endswith(b"\r\n"):
+            buf += s.recv(64)
+        lat.append(time.perf_counter() - t0)
+        # leave the CPU to the server and the promoting client (2 cores)
+        time.sleep(0.0002)
+    s.close()
+    lat.sort()
+    q.put((lat[-1], lat[int(len(lat) * 0.99)], len(lat)))
+
+
+def start_pinger(port):
+    """The pinger in its own process, given 0.1 s to get going; returns what
+    stop_pinger takes."""
+    stop = multiprocessing.Event()
+    q = multiprocessing.Queue()
+    p = multiprocessing.Process(target=pinger, args=(port, stop, q), daemon=True)
+    p.start()
+    time.sleep(0.1)
+    return stop, q, p
+
+
+def stop_pinger(handle):
+    """Stops the pinger; returns (max, p99 round trip in seconds, PINGs sent)."""
+    stop, q, p = handle
+    stop.set()
+    result = q.get(timeout=30)
+    p.join(timeout=30)
+    return result
+
+
+def run_sections(bench, sections):
+    """Runs each (name, function) in turn, progress on stderr; returns the
+    seconds they took in all."""
+    t0 = time.perf_counter()
+    for name, run in sections:
+        t = time.perf_counter()
+        print("%s ..." % name, file=sys.stderr)
+        run(bench)
+        print("  %s took %.0f s" % (name, time.perf_counter() - t), file=sys.stderr)
+    return time.perf_counter() - t0
+
+
+def report(b, elapsed):
+    """The commands run, how each section measures, and the table."""
+    print()
+    print("valkey-benchmark commands (each run -n per round after a warm-up), and (worker) the last")
+    print("worker run (the others differ in --layout, --fail-first and --name):")
+    for cmd in b.bench_cmds:
+        print("  " + cmd)
+    print()
+    print("Each section interleaves what it compares and reports medians; ratios are of the")
+    print("medians. Throughput: %d rounds, each one valkey-benchmark run per row (order rotating)."
+          % b.rounds)
+    print("Retry options (MAXATTEMPTS/DEAD): rounds of one pipelined batch per row (order shuffled")
+    print("each round), server time per call from INFO commandstats reset before each batch.")
+    print("Promotion: warm = %d rounds of k calls in a row per variant; cold = single calls of"
+          % b.rounds)
+    print("each variant in turn; future members: single calls in turn. Medians over calls, server")
+    print("time from INFO commandstats reset before each call. Latency: %d rounds." % b.rounds)
+    print("Memory: %d rounds (order alternating). 'min–max' is over rounds or calls." %
+          max(1, min(b.rounds, 3)))
+    print("Auto-promote: %d rounds per interval of jobs retried with jitter:fixed:2000 in one MULTI,"
+          % b.rounds)
+    print("popped by a BRPOP client; lag = receipt wall time - fire time (min–max: round medians);")
+    print("backlog: %d rounds, drain time from CONFIG SET until the schedule is gone." %
+          max(1, min(b.rounds, 3)))
+    print("Promote into a stream vs a list: warm = %d rounds of k calls per layout (order rotating),"
+          % b.rounds)
+    print("cold = single calls of each layout in turn; server time per call / 1000 members.")
+    print("Rust worker: %d recorded rounds (+1 warm-up) of one worker process per layout and workload"
+          % b.rounds)
+    print("(order rotating); jobs/s from the first to the last completion seen by SCARD polled every")
+    print("2 ms.")
+    print("echomq-web: 500 queues; wall time per GET over one keep-alive connection, %d rounds"
+          % b.rounds)
+    print("(order rotating); commands and server µs of one scrape from INFO commandstats.")
+    print()
+    print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
+    print("|---|---|---:|---:|---|---:|---|---|")
+    for row in b.rows:
+        print("| " + " | ".join(str(x) for x in row) + " |")
+    print()
+    print("measurement took %.0f s" % elapsed)
