@@ -834,3 +834,53 @@ fn echo_queues_lists_the_pairs_to_a_user_without_config() {
     let off: Vec<Vec<String>> = q!(&mut con, "ECHO.QUEUES");
     assert!(off.is_empty());
 }
+
+/// Whatever the limit, one pair's move in a tick stops after about 2 ms of
+/// work and the next tick follows at once: a 200k backlog at the largest
+/// limit drains over many ticks, in fire-time order, and each tick's work
+/// is reported to the latency monitor.
+#[test]
+fn a_huge_limit_drains_in_budgeted_ticks_that_the_latency_monitor_sees() {
+    let server = Server::start_with(Options::default().arg("latency-monitor-threshold", "1"));
+    let mut con = server.conn();
+    let n = 200_000;
+    fill_due(&mut con, n);
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote-limit",
+        1_000_000,
+        "echomq.auto-promote-interval-ms",
+        60_000
+    );
+    let ticks_before = stat(&mut con, "auto_promote_ticks");
+    configure(&mut con, &format!("{SCHEDULE} {PENDING}"));
+    wait_until("the backlog drained", Duration::from_secs(60), || {
+        let len: usize = q!(&mut con, "LLEN", PENDING);
+        (len == n).then_some(()).ok_or(format!("{len} pending"))
+    });
+    // With a 60 s interval, every tick after the first followed at once
+    // because the one before ran out of its budget. Moving 200k members is
+    // tens of milliseconds of work, so 2 ms ticks are many more than 10.
+    let ticks = stat(&mut con, "auto_promote_ticks") - ticks_before;
+    assert!(ticks >= 10, "{n} members moved in {ticks} ticks");
+    assert_eq!(stat(&mut con, "auto_promoted"), n as u64);
+    // Batches keep fire-time order: the list read from the right is sorted.
+    let all: Vec<String> = q!(&mut con, "LRANGE", PENDING, 0, -1);
+    let mut expected: Vec<String> = (0..n).map(|i| format!("job-{i:06}")).collect();
+    expected.reverse();
+    assert!(all == expected, "pending is not in fire-time order");
+    let latest: Vec<(String, i64, i64, i64)> = q!(&mut con, "LATENCY", "LATEST");
+    let event = latest
+        .iter()
+        .find(|(name, ..)| name == "echomq-auto-promote")
+        .unwrap_or_else(|| panic!("no echomq-auto-promote event: {latest:?}"));
+    // [name, when, latest ms, max ms]: the last tick may have had little left.
+    assert!(
+        event.3 >= 2,
+        "a budgeted tick works at least 2 ms: {event:?}"
+    );
+    let history: Vec<(i64, i64)> = q!(&mut con, "LATENCY", "HISTORY", "echomq-auto-promote");
+    assert!(!history.is_empty());
+}

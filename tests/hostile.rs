@@ -1,0 +1,306 @@
+//! Hostile key names and config values: a name may hold `%` conversions,
+//! NUL, control bytes, invalid UTF-8, or be 64 KB long. Every path that logs
+//! one must leave the server up and write one printable line that names it
+//! recognisably (escaped). Against real servers; also run on Redis 7.0.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// The hostile parts of names, with what each looks like in the log.
+fn hostile() -> Vec<(Vec<u8>, String)> {
+    let long = vec![b'L'; 65_536];
+    vec![
+        (b"%s%s%n".to_vec(), "%s%s%n".into()),
+        (b"%p%99999999d".to_vec(), "%p%99999999d".into()),
+        (b"nul\0byte".to_vec(), "nul\\x00byte".into()),
+        (
+            b"ctl\x01\x1b[31m\x7f".to_vec(),
+            "ctl\\x01\\x1b[31m\\x7f".into(),
+        ),
+        (b"bad\xff\xfeutf8".to_vec(), "bad\\xff\\xfeutf8".into()),
+        // Cut in the log, with its length said.
+        (long, "L".repeat(150)),
+    ]
+}
+
+fn stat(con: &mut Connection, field: &str) -> u64 {
+    info_field(con, "echomq", &format!("echomq_{field}"))
+        .parse()
+        .expect("an INFO echomq counter")
+}
+
+/// The server's log as bytes (it must stay valid UTF-8: checked here).
+fn log_text(server: &Server) -> String {
+    let bytes = std::fs::read(server.dir.join(format!("server-{}.log", server.port)))
+        .expect("the server's log");
+    String::from_utf8(bytes).expect("the log holds only valid UTF-8: names are escaped")
+}
+
+/// The log lines that mention `needle`.
+fn lines_with(server: &Server, needle: &str) -> Vec<String> {
+    log_text(server)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(String::from)
+        .collect()
+}
+
+fn name(tag: &str, hostile: &[u8], suffix: &str) -> Vec<u8> {
+    let mut name = format!("{{{tag}}}").into_bytes();
+    name.extend_from_slice(hostile);
+    name.extend_from_slice(suffix.as_bytes());
+    name
+}
+
+fn config_value(pairs: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let mut value = Vec::new();
+    for (schedule, pending) in pairs {
+        value.extend_from_slice(schedule);
+        value.push(b' ');
+        value.extend_from_slice(pending);
+        value.push(b' ');
+    }
+    value
+}
+
+/// Waits until the timer has counted `n` auto-promote errors.
+fn wait_errors(con: &mut Connection, n: u64) {
+    wait_until(
+        "the timer counts the failing pairs",
+        Duration::from_secs(20),
+        || {
+            let errors = stat(con, "auto_promote_errors");
+            (errors >= n)
+                .then_some(())
+                .ok_or(format!("{errors} errors"))
+        },
+    );
+}
+
+#[test]
+fn wrong_typed_pairs_with_hostile_names_are_logged_escaped() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let names = hostile();
+    let mut pairs = Vec::new();
+    for (i, (part, _)) in names.iter().enumerate() {
+        let schedule = name(&format!("w{i}"), part, ":s");
+        let pending = name(&format!("w{i}"), part, ":p");
+        let _: () = q!(&mut con, "ZADD", &schedule, 1, "job");
+        let _: () = q!(&mut con, "SET", &pending, "not a list");
+        pairs.push((schedule, pending));
+    }
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        config_value(&pairs)
+    );
+    wait_errors(&mut con, names.len() as u64);
+    let pong: String = q!(&mut con, "PING");
+    assert_eq!(pong, "PONG");
+    // {w5} + 64 KB + :s (or :p), cut, each with its length.
+    let long = lines_with(&server, "...(65542 bytes)");
+    assert_eq!(long.len(), 1, "{long:?}");
+    assert_eq!(
+        long[0].matches("...(65542 bytes)").count(),
+        2,
+        "{}",
+        long[0]
+    );
+    for (i, (_, shown)) in names.iter().enumerate() {
+        let lines = lines_with(&server, &format!("'{{w{i}}}{shown}"));
+        assert_eq!(lines.len(), 1, "pair {i} ({shown}) logged once:\n{lines:?}");
+        assert!(lines[0].len() < 1024, "one bounded line: {}", lines[0]);
+        assert!(lines[0].contains("WRONGTYPE"), "{}", lines[0]);
+    }
+    // Nothing moved: the pairs are refused whole.
+    for (schedule, _) in &pairs {
+        let card: i64 = q!(&mut con, "ZCARD", schedule);
+        assert_eq!(card, 1);
+    }
+}
+
+#[test]
+fn a_stream_out_of_ids_under_a_hostile_name_is_logged_escaped() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let names = hostile();
+    let mut pairs = Vec::new();
+    for (i, (part, _)) in names.iter().enumerate() {
+        let schedule = name(&format!("x{i}"), part, ":s");
+        let pending = name(&format!("x{i}"), part, ":p");
+        let _: () = q!(&mut con, "ZADD", &schedule, 1, "job");
+        let _: String = q!(
+            &mut con,
+            "XADD",
+            &pending,
+            "18446744073709551615-18446744073709551615",
+            "job",
+            "last"
+        );
+        pairs.push((schedule, pending));
+    }
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        config_value(&pairs)
+    );
+    wait_errors(&mut con, names.len() as u64);
+    let pong: String = q!(&mut con, "PING");
+    assert_eq!(pong, "PONG");
+    for (i, (_, shown)) in names.iter().enumerate() {
+        let lines = lines_with(&server, &format!("'{{x{i}}}{shown}"));
+        assert_eq!(lines.len(), 1, "pair {i} ({shown}) logged once:\n{lines:?}");
+        assert!(
+            lines[0].contains("exhausted the last possible ID"),
+            "{}",
+            lines[0]
+        );
+    }
+    for (schedule, pending) in &pairs {
+        let card: i64 = q!(&mut con, "ZCARD", schedule);
+        let len: i64 = q!(&mut con, "XLEN", pending);
+        assert_eq!((card, len), (1, 1), "nothing moved");
+    }
+}
+
+#[test]
+fn a_hostile_config_refused_at_load_leaves_the_server_up_and_is_logged_escaped() {
+    let server = Server::start_with(Options::without_module().arg("enable-module-command", "yes"));
+    let mut con = server.conn();
+    let module = module_path();
+    let module = module.to_str().expect("a UTF-8 path");
+    // An odd number of names, each hostile; a newline and a tab are
+    // separators, so they reach the log only inside the whole value.
+    for (i, (part, shown)) in hostile().iter().enumerate() {
+        let mut value = name(&format!("c{i}"), part, ":s\n");
+        value.extend_from_slice(b"\t");
+        let e = err!(
+            &mut con,
+            "MODULE",
+            "LOADEX",
+            module,
+            "CONFIG",
+            "echomq.auto-promote",
+            &value
+        );
+        assert!(e.starts_with("ERR"), "{e}");
+        let pong: String = q!(&mut con, "PING");
+        assert_eq!(pong, "PONG");
+        let lines = lines_with(&server, &format!("'{{c{i}}}{shown}"));
+        assert_eq!(
+            lines.len(),
+            1,
+            "value {i} ({shown}) logged once:\n{lines:?}"
+        );
+        assert!(lines[0].contains("refused at load"), "{}", lines[0]);
+        if part.len() < 100 {
+            assert!(lines[0].contains(":s\\n\\t'"), "{}", lines[0]);
+        }
+    }
+    let modules: Vec<redis::Value> = q!(&mut con, "MODULE", "LIST");
+    assert!(modules.is_empty(), "no half-loaded module: {modules:?}");
+    // And a good value still loads.
+    let _: () = q!(
+        &mut con,
+        "MODULE",
+        "LOADEX",
+        module,
+        "CONFIG",
+        "echomq.auto-promote",
+        "{ok}:s {ok}:p"
+    );
+    let pairs: Vec<Vec<String>> = q!(&mut con, "ECHO.QUEUES");
+    assert_eq!(pairs, [["{ok}:s", "{ok}:p"]]);
+}
+
+/// Hostile names and bytes in every argument of every command: the server
+/// answers each (a reply or an error whose text is printable ASCII), stays
+/// up, and writes nothing on an error.
+#[test]
+fn hostile_bytes_in_every_argument_get_a_printable_answer() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut values: Vec<Vec<u8>> = hostile().into_iter().map(|(b, _)| b).collect();
+    values.push("\u{100}\u{200}".as_bytes().to_vec());
+    values.push(b"line\r\nbreak".to_vec());
+    let now = server_time_ms(&mut con);
+    let _: () = q!(&mut con, "ZADD", "{h}:s", now - 1, "due");
+    for v in &values {
+        let mut calls: Vec<Vec<Vec<u8>>> = Vec::new();
+        let w = |words: &[&[u8]]| words.iter().map(|w| w.to_vec()).collect::<Vec<_>>();
+        calls.push(w(&[b"ECHO.RETRY", v, b"job", b"fixed:10", b"1"]));
+        calls.push(w(&[b"ECHO.RETRY", b"{h}:s", v, b"fixed:10000", b"1"]));
+        calls.push(w(&[b"ECHO.RETRY", b"{h}:s", b"job", v, b"1"]));
+        calls.push(w(&[b"ECHO.RETRY", b"{h}:s", b"job", b"fixed:1", v]));
+        calls.push(w(&[b"ECHO.RETRY", b"{h}:s", b"job", b"fixed:1", b"1", v]));
+        calls.push(w(&[
+            b"ECHO.RETRY",
+            b"{h}:s",
+            b"job",
+            b"fixed:1",
+            b"1",
+            b"MAXATTEMPTS",
+            v,
+            b"DEAD",
+            b"{h}:d",
+        ]));
+        calls.push(w(&[
+            b"ECHO.RETRY",
+            b"{h}:s",
+            b"job",
+            b"fixed:1",
+            b"1",
+            b"MAXATTEMPTS",
+            b"5",
+            b"DEAD",
+            v,
+        ]));
+        calls.push(w(&[b"ECHO.PROMOTE", v, b"{h}:p"]));
+        calls.push(w(&[b"ECHO.PROMOTE", b"{h}:s", v]));
+        calls.push(w(&[b"ECHO.PROMOTE", b"{h}:s", b"{h}:p", b"LIMIT", v]));
+        calls.push(w(&[b"ECHO.PROMOTE", b"{h}:s", b"{h}:p", v, b"1"]));
+        calls.push(w(&[b"ECHO.DELAY", v, b"1"]));
+        calls.push(w(&[b"ECHO.DELAY", b"fixed:1", v]));
+        calls.push(w(&[b"ECHO.SPREAD", v, b"0", b"10", b"2"]));
+        calls.push(w(&[b"ECHO.SPREAD", b"{h}:s", v, b"10", b"2"]));
+        calls.push(w(&[b"ECHO.SPREAD", b"{h}:s", b"0", v, b"2"]));
+        calls.push(w(&[b"ECHO.SPREAD", b"{h}:s", b"0", b"10", v]));
+        calls.push(w(&[b"ECHO.QUEUES", v]));
+        calls.push(w(&[b"CONFIG", b"SET", b"echomq.auto-promote", v]));
+        calls.push(w(&[b"CONFIG", b"SET", b"echomq.auto-promote-limit", v]));
+        calls.push(w(&[
+            b"CONFIG",
+            b"SET",
+            b"echomq.auto-promote-interval-ms",
+            v,
+        ]));
+        for call in calls {
+            let before = digest(&mut con);
+            let mut command = redis::cmd(std::str::from_utf8(&call[0]).unwrap());
+            for word in &call[1..] {
+                command.arg(word);
+            }
+            let result: redis::RedisResult<redis::Value> = command.query(&mut con);
+            let shown = show(&call.iter().map(Vec::as_slice).collect::<Vec<_>>());
+            if let Err(e) = result {
+                let text = error_text(&e);
+                assert!(
+                    text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()),
+                    "{shown:?}: {text:?}"
+                );
+                assert_eq!(digest(&mut con), before, "{shown:?} wrote on an error");
+            }
+            let pong: String = q!(&mut con, "PING");
+            assert_eq!(pong, "PONG", "{shown:?}");
+        }
+        let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "");
+    }
+}
