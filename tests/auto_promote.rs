@@ -1,4 +1,4 @@
-//! Promotion inside the server (issue 10): the `echomq.auto-promote*`
+//! Promotion inside the server: the `echomq.auto-promote*`
 //! configs and the timer, against real servers. No test here calls
 //! ECHO.PROMOTE. Timing bounds are deliberately loose (a shared 2-core
 //! machine); `make bench` measures the latencies.
@@ -79,7 +79,7 @@ fn no_promote_calls(con: &mut Connection) {
     assert_eq!(stat(con, "promoted"), 0);
 }
 
-/// Must show 1: jittered jobs reach pending with no client promoting, in
+/// Jittered jobs reach pending with no client promoting, in
 /// fire-time order from the right, blocked consumers woken, counters exact.
 #[test]
 fn jittered_jobs_reach_pending_without_a_poller_in_fire_time_order() {
@@ -117,8 +117,8 @@ fn jittered_jobs_reach_pending_without_a_poller_in_fire_time_order() {
     assert!(lag_ms_max < 1000, "lag_ms_max {lag_ms_max}");
 }
 
-/// Must show 3 (loosely; BENCHMARKS.md has the distribution): fire time to
-/// BRPOP stays near the interval on an otherwise idle server.
+/// Fire time to BRPOP stays near the interval on an otherwise idle server
+/// (loosely here; BENCHMARKS.md has the distribution).
 #[test]
 fn fire_time_to_brpop_lag_stays_near_the_interval() {
     let server = auto_server(Options::default());
@@ -195,7 +195,7 @@ fn the_timer_sends_the_events_and_touches_the_keys_a_promote_would() {
     assert_eq!(exec, None, "WATCH on pending failed the transaction");
 }
 
-/// Must show 2: a replica without the module and one with the module and the
+/// A replica without the module and one with the module and the
 /// same config end with the primary's digest; the second never moves a job.
 #[test]
 fn replicas_with_and_without_the_module_end_with_the_primarys_digest() {
@@ -254,7 +254,7 @@ fn replicas_with_and_without_the_module_end_with_the_primarys_digest() {
     assert_eq!(config_on_replica[1], config);
 }
 
-/// Must show 2 (AOF): the AOF a promoting primary writes replays to the same
+/// The AOF a promoting primary writes replays to the same
 /// data with and without the module.
 #[test]
 fn aof_replay_with_and_without_the_module_reproduces_the_primary() {
@@ -302,7 +302,7 @@ fn aof_replay_with_and_without_the_module_reproduces_the_primary() {
     }
 }
 
-/// Must show 4: nothing moves while writes are paused (a replica attached, as
+/// Nothing moves while writes are paused (a replica attached, as
 /// in a failover); everything due moves after.
 #[test]
 fn nothing_moves_while_writes_are_paused_and_all_moves_after() {
@@ -345,7 +345,7 @@ fn nothing_moves_while_writes_are_paused_and_all_moves_after() {
     });
 }
 
-/// Must show 4 and 2 together: the pause of a FAILOVER (writes paused until
+/// The pause of a FAILOVER (writes paused until
 /// the replica caught up) while jobs keep falling due. Nothing crashes, the
 /// old primary stops and the new one, with the same config, takes over;
 /// every job ends in pending once and both servers hold the same data.
@@ -404,7 +404,7 @@ fn a_failover_hands_promotion_to_the_new_primary() {
     assert_eq!(digest(&mut p), digest(&mut r));
 }
 
-/// Must show 5: CONFIG SET refusals keep the old value.
+/// CONFIG SET refusals keep the old value.
 #[test]
 fn config_set_refuses_bad_values_and_keeps_the_old_one() {
     let server = Server::start();
@@ -477,7 +477,7 @@ fn config_set_refuses_bad_values_and_keeps_the_old_one() {
     assert_eq!(get(&mut con, "echomq.auto-promote-limit"), "1000000");
 }
 
-/// Must show 5: an empty config stops every move; the limit is per pair and
+/// An empty config stops every move; the limit is per pair and
 /// per tick.
 #[test]
 fn an_empty_config_stops_all_moves() {
@@ -503,7 +503,7 @@ fn an_empty_config_stops_all_moves() {
     });
 }
 
-/// Must show 5: a wrong-typed pair is skipped, counted and logged at most
+/// A wrong-typed pair is skipped, counted and logged at most
 /// once a minute; the other pairs keep being served.
 #[test]
 fn a_wrong_typed_pair_is_skipped_counted_logged_once_and_others_still_served() {
@@ -565,7 +565,7 @@ fn fill_due(con: &mut Connection, n: usize) {
     let _: () = fill.query(con).expect("fill");
 }
 
-/// Must show 6: a backlog of 100k due jobs drains in chained full-batch
+/// A backlog of 100k due jobs drains in chained full-batch
 /// ticks (the 200 ms interval would take 20 s), while another client's PING
 /// is answered between them.
 #[test]
@@ -639,7 +639,7 @@ fn a_100k_backlog_drains_at_full_speed_while_ping_stays_fast() {
     );
 }
 
-/// Must show 8: SIGKILL mid-drain with appendfsync always; the restarted
+/// SIGKILL mid-drain with appendfsync always; the restarted
 /// server has every job exactly once and finishes the drain.
 #[test]
 fn sigkill_mid_drain_with_appendfsync_always_loses_and_duplicates_nothing() {
@@ -681,7 +681,7 @@ fn sigkill_mid_drain_with_appendfsync_always_loses_and_duplicates_nothing() {
     assert_eq!(pending, sorted);
 }
 
-/// Must show 9: MODULE UNLOAD is refused while the timer is armed and the
+/// MODULE UNLOAD is refused while the timer is armed and the
 /// server keeps promoting; with the config emptied it succeeds, the server
 /// stays healthy, and a later MODULE LOAD promotes again once configured.
 #[test]

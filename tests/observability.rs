@@ -1,5 +1,5 @@
 //! The herd made visible: ECHO.SPREAD's buckets, and the `INFO echomq`
-//! counters, against a real valkey-server (SPEC.md, *Observability*).
+//! counters, against a real valkey-server.
 
 mod common;
 
