@@ -162,33 +162,27 @@ impl StringConfig for Pairs {
     }
 }
 
-/// `echomq.auto-promote-interval-ms`; the server checks the declared range.
-struct IntervalMs;
+/// An integer config kept in a field of the state; the server checks the
+/// declared range `1..=max` before `set`, the clamp only restates it.
+macro_rules! numeric_config {
+    ($config:ident, $field:ident, $max:expr) => {
+        struct $config;
 
-impl NumericConfig for IntervalMs {
-    fn get() -> i64 {
-        state().interval_ms
-    }
+        impl NumericConfig for $config {
+            fn get() -> i64 {
+                state().$field
+            }
 
-    fn set(value: i64) -> Result<(), &'static str> {
-        state().interval_ms = value.clamp(1, MAX_INTERVAL_MS);
-        Ok(())
-    }
+            fn set(value: i64) -> Result<(), &'static str> {
+                state().$field = value.clamp(1, $max);
+                Ok(())
+            }
+        }
+    };
 }
 
-/// `echomq.auto-promote-limit`; the server checks the declared range.
-struct Limit;
-
-impl NumericConfig for Limit {
-    fn get() -> i64 {
-        state().limit
-    }
-
-    fn set(value: i64) -> Result<(), &'static str> {
-        state().limit = value.clamp(1, MAX_LIMIT);
-        Ok(())
-    }
-}
+numeric_config!(IntervalMs, interval_ms, MAX_INTERVAL_MS);
+numeric_config!(Limit, limit, MAX_LIMIT);
 
 /// After a CONFIG SET of any of the three (once per command): a new pair
 /// list or interval takes effect at once, an empty list disarms the timer.
