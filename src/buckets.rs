@@ -2,7 +2,16 @@
 //! the doubles a range count must be given so each score lands in the bucket
 //! the integer formula names. Pure arithmetic, no server types.
 
-use crate::parse::SpreadRequest;
+/// Upper bound of `ECHO.SPREAD`'s bucket count: one range count each.
+pub const MAX_SPREAD_BUCKETS: u64 = 10_000;
+
+/// ECHO.SPREAD's window and bucket count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpreadRequest {
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub buckets: u64,
+}
 
 impl SpreadRequest {
     /// Bucket `i` covers `[start + floor(i*W/buckets), start + floor((i+1)*W/buckets))`

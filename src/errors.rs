@@ -5,7 +5,7 @@ use std::fmt;
 
 use redis_module::RedisError;
 
-use crate::parse::MAX_SPREAD_BUCKETS;
+use crate::buckets::MAX_SPREAD_BUCKETS;
 use crate::policy::{MAX_JITTER_LAYERS, MAX_MS};
 
 /// Said by ECHO.PROMOTE and by the auto-promote config alike.

@@ -2,15 +2,14 @@
 //! the contract's argument grammar is checked here, before a key is opened,
 //! so a malformed call can never write anything.
 
+pub use crate::buckets::SpreadRequest;
+use crate::buckets::MAX_SPREAD_BUCKETS;
 pub use crate::errors::ArgError;
 use crate::errors::PairsError;
 use crate::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
 
 /// Promote moves at most this many members when the call names no LIMIT.
 pub const DEFAULT_PROMOTE_LIMIT: u64 = 1000;
-
-/// Upper bound of `ECHO.SPREAD`'s bucket count: one range count each.
-pub const MAX_SPREAD_BUCKETS: u64 = 10_000;
 
 /// A canonical unsigned decimal, as the server reads its own integers: digits
 /// only, no sign, no leading zero except `0` itself. `None` when malformed or
@@ -339,14 +338,6 @@ pub fn parse_promote_limit(options: &[&[u8]]) -> Result<u64, ArgError> {
             .ok_or(ArgError::Limit),
         _ => Err(ArgError::Syntax),
     }
-}
-
-/// ECHO.SPREAD's window and bucket count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SpreadRequest {
-    pub start_ms: i64,
-    pub end_ms: i64,
-    pub buckets: u64,
 }
 
 pub fn parse_spread_request(
