@@ -110,6 +110,11 @@ fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The configured pairs, in order (`ECHO.QUEUES`).
+pub fn pairs() -> Vec<Pair> {
+    state().pairs.clone()
+}
+
 /// Registers the three configs and loads their values (valkey.conf, or
 /// `MODULE LOADEX ... CONFIG`), then arms the timer if a pair is set. A value
 /// the set callbacks refuse makes the load fail, as the server expects.

@@ -13,7 +13,7 @@ mod policy;
 mod stats;
 
 use commands::register::{Command, KeyAt, KeyDoc};
-use commands::{delay, init, promote, retry, spread};
+use commands::{delay, init, promote, queues, retry, spread};
 use redis_module::commands::KeySpecFlags as K;
 use redis_module::redis_module;
 
@@ -115,6 +115,17 @@ const COMMANDS: &[Command] = &[
         acl_categories: c"read sortedset slow",
         summary: c"Counts a schedule's jobs in equal time buckets.",
         complexity: c"O(B*log(N)) with B the buckets and N the jobs in the schedule.",
+        tips: None,
+    },
+    Command {
+        name: c"ECHO.QUEUES",
+        entry: entry_point!(queues::echo_queues),
+        flags: c"readonly fast",
+        arity: 1,
+        keys: &[],
+        acl_categories: c"read fast",
+        summary: c"Lists the schedule and pending pairs the server promotes itself (echomq.auto-promote).",
+        complexity: c"O(N) with N the configured pairs.",
         tips: None,
     },
 ];

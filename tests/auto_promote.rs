@@ -791,3 +791,46 @@ fn the_configs_are_read_from_the_config_file() {
         "started with a refused config: {status:?}"
     );
 }
+
+/// ECHO.QUEUES lists the configured pairs, binary-safe and in order, for a
+/// user who may run it and nothing else (no CONFIG).
+#[test]
+fn echo_queues_lists_the_pairs_to_a_user_without_config() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let none: Vec<Vec<Vec<u8>>> = q!(&mut con, "ECHO.QUEUES");
+    assert!(none.is_empty(), "{none:?}");
+    configure(&mut con, "{b}:s {b}:p {50%sale}:s {50%sale}:p");
+    let pairs: Vec<Vec<String>> = q!(&mut con, "ECHO.QUEUES");
+    assert_eq!(
+        pairs,
+        [["{b}:s", "{b}:p"], ["{50%sale}:s", "{50%sale}:p"]].map(|p| p.map(String::from).to_vec())
+    );
+    // A refused CONFIG SET leaves the list as it was.
+    let _ = err!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "x x");
+    let again: Vec<Vec<String>> = q!(&mut con, "ECHO.QUEUES");
+    assert_eq!(again, pairs);
+    let e = err!(&mut con, "ECHO.QUEUES", "extra");
+    assert!(e.contains("wrong number of arguments"), "{e}");
+    if is_valkey(&mut con) {
+        let _: () = q!(
+            &mut con,
+            "ACL",
+            "SETUSER",
+            "viewer",
+            "on",
+            ">pw",
+            "-@all",
+            "+echo.queues"
+        );
+        let mut viewer = server.conn();
+        let _: () = q!(&mut viewer, "AUTH", "viewer", "pw");
+        let seen: Vec<Vec<String>> = q!(&mut viewer, "ECHO.QUEUES");
+        assert_eq!(seen, pairs);
+        let e = err!(&mut viewer, "CONFIG", "GET", "echomq.auto-promote");
+        assert!(e.starts_with("NOPERM"), "{e}");
+    }
+    configure(&mut con, "");
+    let off: Vec<Vec<String>> = q!(&mut con, "ECHO.QUEUES");
+    assert!(off.is_empty());
+}

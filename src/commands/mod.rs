@@ -3,6 +3,7 @@
 
 pub mod delay;
 pub mod promote;
+pub mod queues;
 pub mod register;
 pub mod retry;
 pub mod spread;

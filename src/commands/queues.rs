@@ -1,0 +1,32 @@
+//! `ECHO.QUEUES`
+//!
+//! Lists the queues the server promotes itself: the `schedule pending` pairs
+//! of `echomq.auto-promote`, in the order configured. The same list as
+//! `CONFIG GET echomq.auto-promote`, for a user who may not run CONFIG (an
+//! @admin, @dangerous command that would also show the server's passwords).
+//!
+//! Reply: an array with one two-element array `[schedule, pending]` per
+//! pair; an empty array when promotion inside the server is off.
+//! Errors: the server's arity error for any argument.
+//! Replication: none; read-only, no keys.
+
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
+
+use crate::auto_promote;
+use crate::keys::Arg;
+
+pub fn echo_queues(_ctx: &Context, args: &[Arg]) -> RedisResult {
+    if args.len() != 1 {
+        return Err(RedisError::WrongArity);
+    }
+    let pairs = auto_promote::pairs()
+        .into_iter()
+        .map(|pair| {
+            RedisValue::Array(vec![
+                RedisValue::StringBuffer(pair.schedule),
+                RedisValue::StringBuffer(pair.pending),
+            ])
+        })
+        .collect();
+    Ok(RedisValue::Array(pairs))
+}
