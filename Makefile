@@ -12,7 +12,7 @@ MODULE := target/release/libechomq.so
 setup:
 	@bash scripts/setup.sh
 
-# The module (target/release/libechomq.so) and echomq-web, which tests/web.rs runs.
+# The module (target/release/libechomq.so) and echomq-web, which tests/web runs.
 build: setup
 	$(CARGO) build --release --workspace
 

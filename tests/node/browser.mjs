@@ -1,4 +1,4 @@
-// Drives one headless Chromium page for tests/web.rs, over a line protocol so
+// Drives one headless Chromium page for tests/web, over a line protocol so
 // the Rust test keeps the servers in hand: each stdin line is one JSON request,
 // answered by one stdout line {"ok": true, "value": ...} or {"ok": false, "error": ...}.
 //   {"op": "open", "url": U}                     load U

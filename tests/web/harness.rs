@@ -5,8 +5,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::OnceLock;
-use std::thread::sleep;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as Json};
@@ -38,36 +38,118 @@ pub fn web_binary() -> &'static Path {
     })
 }
 
-/// A running echomq-web on a free port, killed (by pid) on drop.
+/// A running echomq-web on a free port, killed (by pid) on drop. Its
+/// stdout (after the first line) and stderr are read as it writes them, kept
+/// for [`Web::stop`].
 pub struct Web {
     pub child: Child,
     pub base: String,
+    output: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+/// Copies everything `from` writes into `to`, until it closes.
+fn collect_into(mut from: impl Read + Send + 'static, to: &Arc<Mutex<String>>) -> JoinHandle<()> {
+    let to = to.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            to.lock().unwrap_or_else(|e| e.into_inner()).push_str(&text);
+        }
+    })
 }
 
 impl Web {
     pub fn start(url: &str, args: &[&str]) -> Web {
+        Web::launch(&[&["--url", url][..], args].concat(), &[])
+    }
+
+    /// Started with `args` (which may have no `--url`) and the environment
+    /// variables `env` set.
+    pub fn launch(args: &[&str], env: &[(&str, &str)]) -> Web {
         let mut child = Command::new(web_binary())
-            .args(["--url", url, "--listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start echomq-web");
+        let output = Arc::new(Mutex::new(String::new()));
+        let mut readers = vec![collect_into(child.stderr.take().expect("stderr"), &output)];
         // Port 0: the server picks a free port and prints where it listens.
         let mut line = String::new();
-        let read = BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line);
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let read = stdout.read_line(&mut line);
+        output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_str(&line);
+        readers.push(collect_into(stdout, &output));
         let base = line
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
             .map(|u| u.trim_end_matches('/').to_string());
-        let Some(base) = base.filter(|_| read.is_ok()) else {
-            let _ = child.kill();
-            let mut err = String::new();
-            let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
-            panic!("echomq-web did not start: {line:?} {err}");
+        let mut web = Web {
+            child,
+            base: String::new(),
+            output,
+            readers,
         };
-        Web { child, base }
+        match base.filter(|_| read.is_ok()) {
+            Some(base) => web.base = base,
+            None => panic!("echomq-web did not start: {}", web.stop()),
+        }
+        web
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills it (by pid) and returns all it wrote to stdout and stderr.
+    pub fn stop(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        self.output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// GET `path`: the status, the response headers (names in lower case)
+    /// and the body.
+    pub fn get_with_headers(&self, path: &str) -> (u16, Vec<(String, String)>, String) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(15)))
+            .build()
+            .into();
+        let mut resp = agent
+            .get(format!("{}{path}", self.base))
+            .call()
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_lowercase(),
+                    v.to_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        let body = resp.body_mut().read_to_string().expect("body");
+        (status, headers, body)
     }
 
     /// GET `path`: the status and the body. The agent's own timeout bounds a
@@ -108,8 +190,7 @@ impl Web {
 
 impl Drop for Web {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 
