@@ -44,13 +44,11 @@ impl Redactor {
     /// `text` with the URL replaced by its masked form and every secret by
     /// `***`.
     pub fn scrub(&self, text: &str) -> String {
-        let mut out = if self.secrets.is_empty() {
+        if self.secrets.is_empty() {
             return text.to_string();
-        } else {
-            text.replace(&self.url, &self.shown)
-        };
+        }
+        let mut out = text.replace(&self.url, &self.shown);
         for s in &self.secrets {
-            // The masked URL holds `***` only: nothing to undo.
             out = out.replace(s.as_str(), MASK);
         }
         out
