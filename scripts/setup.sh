@@ -5,9 +5,11 @@
 #   ECHOMQ_WITH_REDIS=1    Redis 7 (the compatibility suites)
 #   ECHOMQ_WITH_NODE=1     Node.js (18 or later) and npm (examples/worker.mjs and
 #                          the browser tests; their packages go to target/node)
-#   ECHOMQ_WITH_BROWSER=1  Debian's chromium-headless-shell (tests/web.rs's page tests)
+#   ECHOMQ_WITH_BROWSER=1  Debian's chromium-headless-shell (tests/web's page tests)
 #   ECHOMQ_WITH_PROMTOOL=1 Prometheus's promtool, from Debian's prometheus package
-#                          (tests/web.rs checks echomq-web's /metrics with it)
+#                          (tests/web checks echomq-web's /metrics with it)
+#   ECHOMQ_WITH_OPENSSL=1  the openssl command (tests/web makes a CA and a server
+#                          certificate with it for the rediss:// test)
 # Without them those tests say SKIPPED and why; in CI they fail instead.
 # On Debian 12 Valkey comes from bookworm-backports; on newer Debian/Ubuntu from the main suite.
 set -euo pipefail
@@ -27,7 +29,11 @@ fi
 [ "${CI:-}" = true ] && ECHOMQ_WITH_NODE=${ECHOMQ_WITH_NODE:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_BROWSER=${ECHOMQ_WITH_BROWSER:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_PROMTOOL=${ECHOMQ_WITH_PROMTOOL:-1}
+[ "${CI:-}" = true ] && ECHOMQ_WITH_OPENSSL=${ECHOMQ_WITH_OPENSSL:-1}
 optional=()
+if [ "${ECHOMQ_WITH_OPENSSL:-0}" = 1 ] && ! command -v openssl >/dev/null 2>&1; then
+  optional+=(openssl)
+fi
 if [ "${ECHOMQ_WITH_REDIS:-0}" = 1 ] && ! command -v redis-server >/dev/null 2>&1; then
   optional+=(redis-server)
 fi

@@ -1,4 +1,4 @@
-// Drives one headless Chromium page for tests/web.rs, over a line protocol so
+// Drives one headless Chromium page for tests/web, over a line protocol so
 // the Rust test keeps the servers in hand: each stdin line is one JSON request,
 // answered by one stdout line {"ok": true, "value": ...} or {"ok": false, "error": ...}.
 //   {"op": "open", "url": U}                     load U
@@ -31,8 +31,15 @@ for await (const line of createInterface({ input: process.stdin })) {
     if (req.op === "open") {
       await page.goto(req.url, { waitUntil: "load" });
     } else if (req.op === "wait") {
-      await page.waitForFunction(req.js, null, { timeout: req.timeout_ms ?? 10000, polling: 50 });
-      value = await page.evaluate(req.js);
+      // Polled with evaluate rather than waitForFunction, which compiles the
+      // expression with eval inside the page: echomq-web's Content-Security-Policy
+      // forbids that, as it should, and the page is tested under its real policy.
+      const timeout = req.timeout_ms ?? 10000;
+      const deadline = Date.now() + timeout;
+      while (!(value = await page.evaluate(req.js))) {
+        if (Date.now() > deadline) throw new Error(`Timeout ${timeout}ms exceeded waiting for ${req.js}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
     } else if (req.op === "eval") {
       value = await page.evaluate(req.js);
     } else if (req.op === "screenshot") {

@@ -1,5 +1,5 @@
 //! Node.js for the tests: the packages of tests/node/package.json (the Valkey
-//! client of examples/worker.mjs, the browser driver of tests/web.rs) installed
+//! client of examples/worker.mjs, the browser driver of tests/web) installed
 //! by `npm ci` into target/node, never globally, and the scripts run from
 //! there so that `import "iovalkey"` resolves to that install.
 //!

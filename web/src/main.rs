@@ -1,19 +1,23 @@
 //! echomq-web: a live view of echomq queues for the people who run them.
 //!
 //! ```text
-//! echomq-web --url redis://127.0.0.1:6379/ --listen 127.0.0.1:8080 \
-//!     --queue orders [--queue NAME ...] [--window-ms 60000] [--buckets 60]
+//! ECHOMQ_WEB_URL=redis://user:password@127.0.0.1:6379/ echomq-web \
+//!     --listen 127.0.0.1:8080 --queue orders [--queue NAME ...] \
+//!     [--window-ms 60000] [--buckets 60] [--ca-file ca.pem]
 //! ```
 //!
-//! `GET /` is the page, `GET /api/queues` the JSON it polls, `GET /metrics`
-//! the same snapshot for Prometheus.
+//! `GET /` is the page (with `/page.js` and `/page.css`), `GET /api/queues`
+//! the JSON it polls, `GET /metrics` the same snapshot for Prometheus.
 
 mod metrics;
+mod redact;
 mod render;
+mod serve;
 mod snapshot;
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,16 +31,33 @@ use redis::AsyncConnectionConfig;
 use serde_json::json;
 use tokio::sync::Mutex;
 
-const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR] \
---queue NAME [--queue NAME ...] [--window-ms MS] [--buckets N]
+use redact::Redactor;
 
-  --url URL        the Valkey server (default redis://127.0.0.1:6379/)
+const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR] \
+--queue NAME [--queue NAME ...] [--window-ms MS] [--buckets N] [--ca-file PATH] \
+[--header-timeout-ms MS] [--max-connections N]
+
+  --url URL        the Valkey server (default redis://127.0.0.1:6379/), or the
+                   environment variable ECHOMQ_WEB_URL. A password in --url is
+                   visible to other local users (ps, /proc): put a URL with a
+                   password in ECHOMQ_WEB_URL instead. rediss://HOST:PORT/ for TLS.
+                   The URL is shown with its password as ***.
+  --ca-file PATH   with rediss://: the PEM file of the CA(s) that signed the
+                   server's certificate, instead of the system's roots; or the
+                   environment variable ECHOMQ_WEB_CA_FILE
   --listen ADDR    where to serve HTTP (default 127.0.0.1:8080; port 0 picks a free one)
   --queue NAME     a queue with keys {NAME}:schedule, {NAME}:pending, {NAME}:dead;
                    repeatable. Queues in the server's echomq.auto-promote config are
                    shown too, so with that config no --queue is needed.
   --window-ms MS   the spread covers [now, now + MS) (default 60000)
-  --buckets N      in N buckets, 1..=10000 (default 60)";
+  --buckets N      in N buckets, 1..=10000 (default 60)
+  --header-timeout-ms MS
+                   a connection that has not sent a request's headers within MS
+                   (from its start, or from the last response) is closed
+                   (default 10000)
+  --max-connections N
+                   at most N HTTP connections open at once; more wait to be
+                   accepted (default 256)";
 
 /// The page waits this long for the server before it shows an error: a scrape
 /// is three round trips, so anything longer means the server is gone or stuck.
@@ -47,19 +68,28 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Debug, Clone, PartialEq)]
 struct Config {
     url: String,
+    ca_file: Option<PathBuf>,
     listen: String,
     queues: Vec<String>,
     window_ms: i64,
     buckets: u32,
+    limits: serve::Limits,
 }
 
-fn parse_args(args: &[String]) -> Result<Config, String> {
+/// The options, from `args` and then, for those not given there, from the
+/// environment (`env` reads one variable).
+fn parse_args(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
     let mut cfg = Config {
-        url: "redis://127.0.0.1:6379/".into(),
+        url: env("ECHOMQ_WEB_URL").unwrap_or_else(|| "redis://127.0.0.1:6379/".into()),
+        ca_file: env("ECHOMQ_WEB_CA_FILE").map(PathBuf::from),
         listen: "127.0.0.1:8080".into(),
         queues: Vec::new(),
         window_ms: 60_000,
         buckets: 60,
+        limits: serve::Limits {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 256,
+        },
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -70,6 +100,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         };
         match flag.as_str() {
             "--url" => cfg.url = value()?,
+            "--ca-file" => cfg.ca_file = Some(PathBuf::from(value()?)),
             "--listen" => cfg.listen = value()?,
             "--queue" => {
                 let name = value()?;
@@ -97,14 +128,60 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
                     .filter(|n| (1..=10_000).contains(n))
                     .ok_or(format!("--buckets: '{v}' is not in 1..=10000"))?;
             }
+            "--header-timeout-ms" => {
+                let v = value()?;
+                let ms: u64 = v
+                    .parse()
+                    .ok()
+                    .filter(|ms| (1..=3_600_000).contains(ms))
+                    .ok_or(format!("--header-timeout-ms: '{v}' is not in 1..=3600000"))?;
+                cfg.limits.header_timeout = Duration::from_millis(ms);
+            }
+            "--max-connections" => {
+                let v = value()?;
+                cfg.limits.max_connections =
+                    v.parse()
+                        .ok()
+                        .filter(|n| (1..=100_000).contains(n))
+                        .ok_or(format!("--max-connections: '{v}' is not in 1..=100000"))?;
+            }
             other => return Err(format!("unknown argument '{other}'")),
         }
     }
     Ok(cfg)
 }
 
+/// The client for `cfg.url`, with the CA file's certificates as the only
+/// roots when one is given.
+fn client(cfg: &Config) -> Result<redis::Client, String> {
+    let Some(path) = &cfg.ca_file else {
+        return redis::Client::open(cfg.url.as_str()).map_err(|e| e.to_string());
+    };
+    let pem = std::fs::read(path).map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
+    use rustls::pki_types::pem::PemObject;
+    let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "--ca-file {}: no PEM certificate in the file",
+            path.display()
+        ));
+    }
+    if !cfg.url.starts_with("rediss://") {
+        return Err("--ca-file needs a rediss:// URL".into());
+    }
+    let tls = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem),
+    };
+    redis::Client::build_with_tls(cfg.url.as_str(), tls).map_err(|e| e.to_string())
+}
+
 struct App {
     cfg: Config,
+    /// Masks the URL's password in every text echomq-web shows.
+    redactor: Redactor,
     client: redis::Client,
     /// One multiplexed connection shared by all requests; dropped after a
     /// failed scrape so the next one reconnects (the server may be back).
@@ -150,7 +227,10 @@ impl App {
             Err(_) => format!("no reply within {SCRAPE_TIMEOUT:?}"),
         };
         self.forget_connection().await;
-        Err(format!("{}: {result}", self.cfg.url))
+        // Scrubbed whole: a client error may quote the URL or the password.
+        Err(self
+            .redactor
+            .scrub(&format!("{}: {result}", self.redactor.shown())))
     }
 }
 
@@ -188,12 +268,32 @@ async fn page() -> Html<&'static str> {
     Html(include_str!("page.html"))
 }
 
+async fn page_js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("page.js"),
+    )
+        .into_response()
+}
+
+async fn page_css() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("page.css"),
+    )
+        .into_response()
+}
+
 fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(page))
+        .route("/page.js", get(page_js))
+        .route("/page.css", get(page_css))
         .route("/api/queues", get(api_queues))
         .route("/metrics", get(metrics))
         .with_state(app)
+        // On every response, the fallback's 404 included.
+        .layer(axum::middleware::map_response(serve::hygiene))
 }
 
 #[tokio::main]
@@ -203,17 +303,23 @@ async fn main() {
         println!("{USAGE}");
         return;
     }
-    let cfg = match parse_args(&args) {
+    let cfg = match parse_args(&args, |name| std::env::var(name).ok()) {
         Ok(cfg) => cfg,
         Err(e) => {
+            // An argument may be the URL itself (e.g. `--url` given twice).
+            let e = args.iter().fold(e, |e, a| Redactor::new(a).scrub(&e));
             eprintln!("echomq-web: {e}\n{USAGE}");
             std::process::exit(2);
         }
     };
-    let client = match redis::Client::open(cfg.url.as_str()) {
+    let redactor = Redactor::new(&cfg.url);
+    // redis enables rustls without choosing its cryptography: ring, the one
+    // provider compiled in (see Cargo.toml).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = match client(&cfg) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("echomq-web: --url {}: {e}", cfg.url);
+            eprintln!("echomq-web: {}: {}", redactor.shown(), redactor.scrub(&e));
             std::process::exit(2);
         }
     };
@@ -233,11 +339,10 @@ async fn main() {
         .iter()
         .map(|q| q.escape_default().to_string())
         .collect();
-    let _ = writeln!(
-        std::io::stdout(),
+    let line = format!(
         "echomq-web: listening on http://{}/ for {} (queues: {}{})",
         addr.map_or(cfg.listen.clone(), |a| a.to_string()),
-        cfg.url,
+        redactor.shown(),
         names.join(", "),
         if cfg.queues.is_empty() {
             "those of echomq.auto-promote"
@@ -245,21 +350,18 @@ async fn main() {
             " and those of echomq.auto-promote"
         }
     );
+    let _ = writeln!(std::io::stdout(), "{}", redactor.scrub(&line));
+    let limits = cfg.limits;
     let app = Arc::new(App {
         cfg,
+        redactor,
         client,
         con: Mutex::new(None),
     });
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    if let Err(e) = axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        eprintln!("echomq-web: {e}");
-        std::process::exit(1);
-    }
+    serve::serve(listener, router(app), limits, shutdown).await;
 }
 
 #[cfg(test)]
@@ -270,31 +372,71 @@ mod tests {
         words.iter().map(|s| s.to_string()).collect()
     }
 
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
     #[test]
     fn command_line() {
-        let cfg = parse_args(&args(&[
-            "--url",
-            "redis://h:1/",
-            "--listen",
-            "0.0.0.0:9",
-            "--queue",
-            "a",
-            "--queue",
-            "b",
-            "--queue",
-            "a",
-            "--window-ms",
-            "5000",
-            "--buckets",
-            "10",
-        ]))
+        let cfg = parse_args(
+            &args(&[
+                "--url",
+                "redis://h:1/",
+                "--listen",
+                "0.0.0.0:9",
+                "--queue",
+                "a",
+                "--queue",
+                "b",
+                "--queue",
+                "a",
+                "--window-ms",
+                "5000",
+                "--buckets",
+                "10",
+                "--header-timeout-ms",
+                "250",
+                "--max-connections",
+                "8",
+                "--ca-file",
+                "/x/ca.pem",
+            ]),
+            no_env,
+        )
         .unwrap();
         assert_eq!(cfg.url, "redis://h:1/");
         assert_eq!(cfg.listen, "0.0.0.0:9");
         assert_eq!(cfg.queues, ["a", "b"]);
         assert_eq!((cfg.window_ms, cfg.buckets), (5000, 10));
-        let d = parse_args(&[]).unwrap();
+        assert_eq!(
+            cfg.limits,
+            serve::Limits {
+                header_timeout: Duration::from_millis(250),
+                max_connections: 8
+            }
+        );
+        assert_eq!(cfg.ca_file, Some(PathBuf::from("/x/ca.pem")));
+        let d = parse_args(&[], no_env).unwrap();
         assert_eq!((d.window_ms, d.buckets, d.queues.len()), (60_000, 60, 0));
+        assert_eq!(d.url, "redis://127.0.0.1:6379/");
+        assert_eq!(d.ca_file, None);
+        assert_eq!(d.limits.header_timeout, Duration::from_secs(10));
+        assert_eq!(d.limits.max_connections, 256);
+    }
+
+    #[test]
+    fn url_and_ca_file_from_the_environment_unless_given() {
+        let env = |name: &str| match name {
+            "ECHOMQ_WEB_URL" => Some("redis://u:pw@h:1/".to_string()),
+            "ECHOMQ_WEB_CA_FILE" => Some("/e/ca.pem".to_string()),
+            _ => None,
+        };
+        let cfg = parse_args(&[], env).unwrap();
+        assert_eq!(cfg.url, "redis://u:pw@h:1/");
+        assert_eq!(cfg.ca_file, Some(PathBuf::from("/e/ca.pem")));
+        let cfg = parse_args(&args(&["--url", "redis://x/", "--ca-file", "c"]), env).unwrap();
+        assert_eq!(cfg.url, "redis://x/");
+        assert_eq!(cfg.ca_file, Some(PathBuf::from("c")));
     }
 
     #[test]
@@ -308,8 +450,12 @@ mod tests {
             &["--window-ms", "-5"],
             &["--window-ms", "x"],
             &["--bogus"],
+            &["--header-timeout-ms", "0"],
+            &["--max-connections", "0"],
+            &["--max-connections", "x"],
+            &["--ca-file"],
         ] {
-            assert!(parse_args(&args(bad)).is_err(), "{bad:?}");
+            assert!(parse_args(&args(bad), no_env).is_err(), "{bad:?}");
         }
     }
 }

@@ -8,7 +8,7 @@
 //! crates model live metric objects in a registry, where this exporter only
 //! prints a snapshot it just read. The format here is three line shapes and
 //! two escaping rules, checked by the unit tests below and by `promtool check
-//! metrics` in tests/web.rs.
+//! metrics` in tests/web.
 
 use std::fmt::Write;
 
@@ -21,11 +21,11 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const COUNTERS: &[(&str, &str)] = &[
     (
         "echomq_retries",
-        "ECHO.RETRY calls that scheduled a job (or dead-lettered it)",
+        "ECHO.RETRY calls that did not dead-letter the job: it was scheduled, or kept as it was by NX, XX, GT or LT (dead-lettering calls count in echomq_dead_lettered_total only)",
     ),
     (
         "echomq_retries_jittered",
-        "ECHO.RETRY calls under a jitter or equal-jitter policy",
+        "Of the echomq_retries_total calls, those under a jitter or equal-jitter policy",
     ),
     (
         "echomq_promote_calls",

@@ -1,12 +1,17 @@
 //! One scrape of the server: every number the page, the API and /metrics
-//! show, read in three round trips whatever the number of queues: TIME and the
-//! configs first, because every other command needs the server's `now` and
-//! the queue names; then one pipeline with INFO and the TYPE of each queue's
-//! three keys; then one pipeline that reads each key as what it is (ZCARD,
-//! ZCOUNT and ECHO.SPREAD of a schedule, LLEN of a list `pending`, XLEN and
-//! XINFO GROUPS of a stream, ZCARD of a dead set), so no command meets a key
-//! of the wrong type: an error reply would count in the server's error stats,
-//! and ECHO.SPREAD's in `echomq_errors`, changing what the next scrape shows.
+//! show, read in three round trips whatever the number of queues: TIME,
+//! ECHO.QUEUES (the auto-promoted pairs) and INFO memory (the eviction
+//! policy) first, because every other command needs the server's `now` and
+//! the queue names; then one pipeline with INFO echomq and the TYPE of each
+//! queue's three keys; then one pipeline that reads each key as what it is
+//! (ZCARD, ZCOUNT and ECHO.SPREAD of a schedule, LLEN of a list `pending`,
+//! XLEN and XINFO GROUPS of a stream, ZCARD of a dead set), so no command
+//! meets a key of the wrong type: an error reply would count in the server's
+//! error stats, and ECHO.SPREAD's in `echomq_errors`, changing what the next
+//! scrape shows. Each queue's commands in that pipeline come from one plan
+//! ([`Step`]s), which sends them and then decodes their replies.
+//! Only read commands, none of them @admin or @dangerous (no CONFIG): see
+//! docs/security.md for the ACL user this needs.
 //! Kept apart from any rendering: /api/queues and /metrics share it.
 
 use redis::aio::MultiplexedConnection;
@@ -75,7 +80,8 @@ pub struct Snapshot {
     pub queues: Vec<QueueStats>,
     /// The `INFO echomq` fields, in the server's order.
     pub info: Vec<(String, Number)>,
-    /// The server's `maxmemory-policy` ("" when CONFIG GET is refused).
+    /// The server's `maxmemory-policy`, from INFO memory ("" when the server
+    /// does not report it).
     pub maxmemory_policy: String,
     /// Pipelines sent to the server for this snapshot (each one round trip).
     pub round_trips: u32,
@@ -94,14 +100,14 @@ impl Snapshot {
     }
 }
 
-/// The queue names in an `echomq.auto-promote` value: each `schedule pending`
+/// The queue names of the auto-promoted `(schedule, pending)` pairs: each
 /// pair whose keys are `{NAME}:schedule {NAME}:pending` gives NAME, once.
 /// Pairs in another layout are left out: their dead set cannot be named.
-pub fn queues_from_auto_promote(value: &str) -> Vec<String> {
-    let words: Vec<&str> = value.split_whitespace().collect();
+pub fn queues_from_pairs(pairs: &[(String, String)]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for pair in words.chunks_exact(2) {
-        let (Some(a), Some(b)) = (tagged(pair[0], ":schedule"), tagged(pair[1], ":pending")) else {
+    for (schedule, pending) in pairs {
+        let (Some(a), Some(b)) = (tagged(schedule, ":schedule"), tagged(pending, ":pending"))
+        else {
             continue;
         };
         if a == b && !names.iter().any(|n| n == a) {
@@ -202,14 +208,32 @@ fn time_ms(v: &Value) -> Result<i64, RedisError> {
         .ok_or_else(|| error("TIME", format!("{v:?}")))
 }
 
-/// The value of CONFIG GET's reply for one name, or "" when the server has
-/// no such config (an older module) or refuses CONFIG (e.g. ACL).
-fn config_value(v: &Value) -> String {
-    match v {
-        Value::Array(kv) => kv.get(1).and_then(text).unwrap_or_default(),
-        Value::Map(kv) => kv.first().and_then(|(_, v)| text(v)).unwrap_or_default(),
-        _ => String::new(),
-    }
+/// The pairs of an ECHO.QUEUES reply. An error (an older module without
+/// the command, or a user not allowed it) or any other reply: no pairs, so
+/// only the --queue queues are shown.
+fn echo_queues_pairs(v: &Value) -> Vec<(String, String)> {
+    let Value::Array(items) = v else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|pair| match pair {
+            Value::Array(kv) if kv.len() == 2 => Some((text(&kv[0])?, text(&kv[1])?)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One `field:value` of an INFO reply as text, or "" (no such field, or an
+/// error reply).
+fn info_text(v: &Value, field: &str) -> String {
+    text(v)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 fn spread(v: &Value) -> Result<Vec<i64>, String> {
@@ -258,27 +282,116 @@ fn key_type(v: &Value) -> Result<String, String> {
     }
 }
 
-/// How one key is read in the third round trip, from its TYPE.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Read {
-    /// The key does not exist: its counts are 0, no command is sent.
-    Missing,
-    /// The expected type: the commands for it are in the pipeline.
-    Send,
-}
-
-fn plan(t: &Result<String, String>, expected: &[&str]) -> Result<Read, String> {
-    match t.as_deref() {
-        Ok("none") => Ok(Read::Missing),
-        Ok(t) if expected.contains(&t) => Ok(Read::Send),
-        Ok(_) => Err(WRONGTYPE.to_string()),
-        Err(e) => Err(e.clone()),
+/// The type of one key, from TYPE's answer: None when the key does not
+/// exist (its counts are 0 and nothing is sent for it), the type when it is
+/// one of `expected`, the server's WRONGTYPE error otherwise.
+fn expect(t: &Value, expected: &[&str]) -> Result<Option<String>, String> {
+    match key_type(t)?.as_str() {
+        "none" => Ok(None),
+        t if expected.contains(&t) => Ok(Some(t.to_string())),
+        _ => Err(WRONGTYPE.to_string()),
     }
 }
 
-/// The next reply of the third pipeline.
-fn next<'a>(it: &mut impl Iterator<Item = &'a Value>) -> Result<&'a Value, String> {
-    it.next().ok_or_else(|| "missing reply".to_string())
+/// One command of a queue's plan in the third round trip, and what its
+/// reply is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// ZCARD schedule: `scheduled`.
+    Scheduled,
+    /// ZCOUNT schedule -inf now: `due`.
+    Due,
+    /// ECHO.SPREAD schedule start end buckets: `spread`.
+    Spread,
+    /// LLEN of a list `pending`: `pending`.
+    ListLength,
+    /// XLEN of a stream `pending`: `pending`.
+    StreamLength,
+    /// XINFO GROUPS of a stream `pending`: `in_flight`.
+    Groups,
+    /// ZCARD dead: `dead`.
+    Dead,
+}
+
+impl Step {
+    fn command(self, k: &Keys, now_ms: i64, window: &Window) -> redis::Cmd {
+        match self {
+            Step::Scheduled => redis::cmd("ZCARD").arg(&k.schedule).clone(),
+            Step::Due => redis::cmd("ZCOUNT")
+                .arg(&k.schedule)
+                .arg("-inf")
+                .arg(now_ms)
+                .clone(),
+            Step::Spread => redis::cmd("ECHO.SPREAD")
+                .arg(&k.schedule)
+                .arg(window.start_ms)
+                .arg(window.end_ms)
+                .arg(window.buckets)
+                .clone(),
+            Step::ListLength => redis::cmd("LLEN").arg(&k.pending).clone(),
+            Step::StreamLength => redis::cmd("XLEN").arg(&k.pending).clone(),
+            Step::Groups => redis::cmd("XINFO").arg("GROUPS").arg(&k.pending).clone(),
+            Step::Dead => redis::cmd("ZCARD").arg(&k.dead).clone(),
+        }
+    }
+
+    /// Sets the count this step reads from its reply.
+    fn decode(self, v: &Value, c: &mut Counts) -> Result<(), String> {
+        match self {
+            Step::Scheduled => c.scheduled = int(v)?,
+            Step::Due => c.due = int(v)?,
+            Step::Spread => c.spread = spread(v)?,
+            Step::ListLength | Step::StreamLength => c.pending = int(v)?,
+            Step::Groups => c.in_flight = groups_pending(v)?,
+            Step::Dead => c.dead = int(v)?,
+        }
+        Ok(())
+    }
+}
+
+/// The commands that read one queue, from the TYPEs of its schedule,
+/// `pending` and dead set; Err with the first key's error (e.g. WRONGTYPE),
+/// and then nothing is sent for the queue.
+fn plan(types: &[Value], with_spread: bool) -> Result<Vec<Step>, String> {
+    let [schedule, pending, dead] = types else {
+        return Err(format!("TYPE: {types:?}"));
+    };
+    let mut steps = Vec::with_capacity(6);
+    if expect(schedule, &["zset"])?.is_some() {
+        steps.extend([Step::Scheduled, Step::Due]);
+        if with_spread {
+            steps.push(Step::Spread);
+        }
+    }
+    match expect(pending, &["list", "stream"])?.as_deref() {
+        Some("stream") => steps.extend([Step::StreamLength, Step::Groups]),
+        Some(_) => steps.push(Step::ListLength),
+        None => {}
+    }
+    if expect(dead, &["zset"])?.is_some() {
+        steps.push(Step::Dead);
+    }
+    Ok(steps)
+}
+
+/// A queue's counts from the replies to its plan's commands, in order. A
+/// missing key counts 0 (and an empty spread of `buckets` zeros).
+fn counts(steps: &[Step], replies: &[Value], spread_buckets: usize) -> Result<Counts, String> {
+    if steps.len() != replies.len() {
+        return Err("missing reply".to_string());
+    }
+    let mut c = Counts {
+        scheduled: 0,
+        due: 0,
+        pending: 0,
+        in_flight: 0,
+        dead: 0,
+        spread: vec![0; spread_buckets],
+    };
+    for (step, v) in steps.iter().zip(replies) {
+        step.decode(v, &mut c)?;
+    }
+    Ok(c)
 }
 
 /// Reads everything shown for `cli_queues` plus the auto-promoted queues.
@@ -301,21 +414,20 @@ pub async fn collect(
     let first: Vec<Value> = redis::pipe()
         .ignore_errors()
         .cmd("TIME")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("echomq.auto-promote")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
+        .cmd("ECHO.QUEUES")
+        .cmd("INFO")
+        .arg("memory")
         .query_async(con)
         .await?;
-    let (Some(time), Some(config), Some(policy)) = (first.first(), first.get(1), first.get(2))
-    else {
-        return Err(error("TIME, CONFIG GET", format!("{first:?}")));
+    let [time, pairs, memory] = &first[..] else {
+        return Err(error(
+            "TIME, ECHO.QUEUES, INFO memory",
+            format!("{first:?}"),
+        ));
     };
     let now_ms = time_ms(time)?;
-    let maxmemory_policy = config_value(policy);
-    let names = merge_queues(cli_queues, &queues_from_auto_promote(&config_value(config)));
+    let maxmemory_policy = info_text(memory, "maxmemory_policy");
+    let names = merge_queues(cli_queues, &queues_from_pairs(&echo_queues_pairs(pairs)));
     let window = Window {
         start_ms: now_ms,
         end_ms: now_ms.saturating_add(window_ms),
@@ -343,61 +455,20 @@ pub async fn collect(
         Value::ServerError(e) => return Err(error("INFO echomq", server_error(e))),
         v => parse_info(&text(v).unwrap_or_default()),
     };
-    // Per queue: how to read the schedule, `pending` (and whether it is a
-    // stream) and the dead set.
-    type Plan = (
-        Result<Read, String>,
-        Result<(Read, bool), String>,
-        Result<Read, String>,
-    );
-    let plans: Vec<Plan> = replies[1..]
+    let plans: Vec<Result<Vec<Step>, String>> = replies[1..]
         .chunks_exact(3)
-        .map(|t| {
-            let pending = key_type(&t[1]);
-            let stream = pending.as_deref() == Ok("stream");
-            (
-                plan(&key_type(&t[0]), &["zset"]),
-                plan(&pending, &["list", "stream"]).map(|r| (r, stream)),
-                plan(&key_type(&t[2]), &["zset"]),
-            )
-        })
+        .map(|types| plan(types, with_spread))
         .collect();
 
-    // Third: the counts, each from a key of the right type.
+    // Third: each queue's plan, sent in order.
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    let mut sent = 0;
-    for (k, (schedule, pending, dead)) in keys.iter().zip(&plans) {
-        if schedule == &Ok(Read::Send) {
-            pipe.cmd("ZCARD").arg(&k.schedule);
-            pipe.cmd("ZCOUNT").arg(&k.schedule).arg("-inf").arg(now_ms);
-            sent += 2;
-            if with_spread {
-                pipe.cmd("ECHO.SPREAD")
-                    .arg(&k.schedule)
-                    .arg(window.start_ms)
-                    .arg(window.end_ms)
-                    .arg(buckets);
-                sent += 1;
-            }
-        }
-        match pending {
-            Ok((Read::Send, true)) => {
-                pipe.cmd("XLEN").arg(&k.pending);
-                pipe.cmd("XINFO").arg("GROUPS").arg(&k.pending);
-                sent += 2;
-            }
-            Ok((Read::Send, false)) => {
-                pipe.cmd("LLEN").arg(&k.pending);
-                sent += 1;
-            }
-            _ => {}
-        }
-        if dead == &Ok(Read::Send) {
-            pipe.cmd("ZCARD").arg(&k.dead);
-            sent += 1;
+    for (k, steps) in keys.iter().zip(&plans) {
+        for step in steps.iter().flatten() {
+            pipe.add_command(step.command(k, now_ms, &window));
         }
     }
+    let sent = pipe.len();
     let mut round_trips = 2;
     let third: Vec<Value> = if sent == 0 {
         Vec::new()
@@ -411,56 +482,19 @@ pub async fn collect(
             format!("{} replies for {sent} commands", third.len()),
         ));
     }
-    let mut it = third.iter();
+    // And decoded by the same plans: each queue takes as many replies as
+    // its plan sent commands.
+    let spread_buckets = if with_spread { buckets as usize } else { 0 };
+    let mut rest = &third[..];
     let queues = names
         .into_iter()
         .zip(plans)
-        .map(|(name, (schedule, pending, dead))| {
-            // Every reply of this queue is taken, whatever fails, so the
-            // next queue reads its own.
-            let schedule = schedule.map(|r| -> Result<(i64, i64, Vec<i64>), String> {
-                match r {
-                    Read::Missing if with_spread => Ok((0, 0, vec![0; buckets as usize])),
-                    Read::Missing => Ok((0, 0, Vec::new())),
-                    Read::Send => {
-                        let (a, b) = (next(&mut it), next(&mut it));
-                        let c = if with_spread {
-                            spread(next(&mut it)?)?
-                        } else {
-                            Vec::new()
-                        };
-                        Ok((int(a?)?, int(b?)?, c))
-                    }
-                }
+        .map(|(name, plan)| {
+            let counts = plan.and_then(|steps| {
+                let (mine, tail) = rest.split_at(steps.len().min(rest.len()));
+                rest = tail;
+                counts(&steps, mine, spread_buckets)
             });
-            let pending = pending.map(|r| -> Result<(i64, i64), String> {
-                match r {
-                    (Read::Missing, _) => Ok((0, 0)),
-                    (Read::Send, true) => {
-                        let (len, groups) = (next(&mut it), next(&mut it));
-                        Ok((int(len?)?, groups_pending(groups?)?))
-                    }
-                    (Read::Send, false) => Ok((int(next(&mut it)?)?, 0)),
-                }
-            });
-            let dead = dead.map(|r| -> Result<i64, String> {
-                match r {
-                    Read::Missing => Ok(0),
-                    Read::Send => int(next(&mut it)?),
-                }
-            });
-            let counts = (|| -> Result<Counts, String> {
-                let (scheduled, due, spread) = schedule??;
-                let (pending, in_flight) = pending??;
-                Ok(Counts {
-                    scheduled,
-                    due,
-                    pending,
-                    in_flight,
-                    dead: dead??,
-                    spread,
-                })
-            })();
             QueueStats { name, counts }
         })
         .collect();
@@ -477,6 +511,17 @@ pub async fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The queues of an `echomq.auto-promote` value, split into its pairs as
+    /// the server does (a trailing half pair is not a pair).
+    fn queues_from_auto_promote(value: &str) -> Vec<String> {
+        let words: Vec<&str> = value.split_whitespace().collect();
+        let pairs: Vec<(String, String)> = words
+            .chunks_exact(2)
+            .map(|p| (p[0].to_string(), p[1].to_string()))
+            .collect();
+        queues_from_pairs(&pairs)
+    }
 
     #[test]
     fn auto_promote_pairs_in_the_examples_layout_name_their_queue() {
@@ -580,12 +625,70 @@ mod tests {
     }
 
     #[test]
-    fn config_get_reply_with_and_without_the_config() {
+    fn echo_queues_reply_with_and_without_pairs() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let v = Value::Array(vec![
-            Value::BulkString(b"echomq.auto-promote".to_vec()),
-            Value::BulkString(b"{a}:schedule {a}:pending".to_vec()),
+            Value::Array(vec![bulk("{a}:schedule"), bulk("{a}:pending")]),
+            Value::Array(vec![bulk("x:s"), bulk("x:p")]),
         ]);
-        assert_eq!(config_value(&v), "{a}:schedule {a}:pending");
-        assert_eq!(config_value(&Value::Array(vec![])), "");
+        let pairs = echo_queues_pairs(&v);
+        assert_eq!(
+            pairs,
+            [
+                ("{a}:schedule".to_string(), "{a}:pending".to_string()),
+                ("x:s".to_string(), "x:p".to_string())
+            ]
+        );
+        assert_eq!(queues_from_pairs(&pairs), ["a"]);
+        assert!(echo_queues_pairs(&Value::Array(vec![])).is_empty());
+        // An older module: the command is unknown.
+        let unknown = redis::parse_redis_value(b"-ERR unknown command 'ECHO.QUEUES'\r\n")
+            .expect("an error reply");
+        assert!(matches!(unknown, Value::ServerError(_)), "{unknown:?}");
+        assert!(echo_queues_pairs(&unknown).is_empty());
+    }
+
+    #[test]
+    fn the_policy_from_info_memory() {
+        let v = Value::VerbatimString {
+            format: redis::VerbatimFormat::Text,
+            text: "# Memory\r\nused_memory:1\r\nmaxmemory_policy:allkeys-lru\r\n".into(),
+        };
+        assert_eq!(info_text(&v, "maxmemory_policy"), "allkeys-lru");
+        assert_eq!(info_text(&v, "maxmemory"), "");
+        assert_eq!(info_text(&Value::Nil, "maxmemory_policy"), "");
+    }
+
+    #[test]
+    fn a_plan_sends_each_key_what_its_type_reads_and_decodes_the_same() {
+        let ty = |s: &str| Value::SimpleString(s.to_string());
+        use Step::*;
+        assert_eq!(
+            plan(&[ty("zset"), ty("stream"), ty("zset")], true),
+            Ok(vec![Scheduled, Due, Spread, StreamLength, Groups, Dead])
+        );
+        assert_eq!(
+            plan(&[ty("zset"), ty("list"), ty("none")], false),
+            Ok(vec![Scheduled, Due, ListLength])
+        );
+        assert_eq!(
+            plan(&[ty("none"), ty("none"), ty("none")], true),
+            Ok(vec![])
+        );
+        assert_eq!(
+            plan(&[ty("none"), ty("string"), ty("zset")], true),
+            Err(WRONGTYPE.to_string())
+        );
+        let c = counts(
+            &[Scheduled, Due, ListLength, Dead],
+            &[Value::Int(5), Value::Int(2), Value::Int(7), Value::Int(1)],
+            3,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.scheduled, c.due, c.pending, c.in_flight, c.dead, c.spread),
+            (5, 2, 7, 0, 1, vec![0, 0, 0])
+        );
+        assert!(counts(&[Scheduled], &[], 0).is_err());
     }
 }

@@ -1,0 +1,662 @@
+//! echomq-web's security: the URL's password in no response, page, metric
+//! or output line; `rediss://` with a CA file against a server that accepts
+//! only TLS; the ACL users of docs/security.md, with the default user off,
+//! running echomq-web and the Rust example worker end to end; and the HTTP
+//! side's headers, header-read timeout and connection bound.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::*;
+use crate::harness::*;
+use crate::node;
+
+const PASSWORD: &str = "s3cretpw";
+
+/// The policy echomq-web sends with every response.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn the_password_is_in_no_response_page_metric_or_output() {
+    let mut server = Server::start();
+    let port = server.port;
+    let mut con = server.conn();
+    let _: () = q!(
+        &mut con,
+        "ACL",
+        "SETUSER",
+        "alice",
+        "on",
+        format!(">{PASSWORD}"),
+        "~*",
+        "&*",
+        "+@all"
+    );
+    let _: i64 = q!(&mut con, "LPUSH", "{q}:pending", "a", "b");
+    let url = format!("redis://alice:{PASSWORD}@127.0.0.1:{port}/");
+    let shown = format!("redis://alice:***@127.0.0.1:{port}/");
+    // The URL from the environment, from --url, and with a wrong password.
+    let mut from_env = Web::launch(&["--queue", "q"], &[("ECHOMQ_WEB_URL", &url)]);
+    let mut from_arg = Web::start(&url, &["--queue", "q"]);
+    let mut refused = Web::start(
+        &format!("redis://alice:wr0ngpw@127.0.0.1:{port}/"),
+        &["--queue", "q"],
+    );
+
+    // ECHOMQ_WEB_URL works, and keeps the password off the command line.
+    let (status, got) = from_env.api();
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["queues"][0]["pending"], json!(2), "{got}");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", from_env.pid())).expect("cmdline");
+    assert!(!String::from_utf8_lossy(&cmdline).contains(PASSWORD));
+
+    let mut seen: Vec<String> = Vec::new();
+    for web in [&from_env, &from_arg] {
+        for path in ["/", "/page.js", "/page.css", "/api/queues", "/metrics"] {
+            let (status, headers, body) = web.get_with_headers(path);
+            assert_eq!(status, 200, "{path}: {body}");
+            seen.push(format!("{path}: {headers:?} {body}"));
+        }
+    }
+    let (status, body) = refused.get("/api/queues");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.to_lowercase().contains("authentication failed"),
+        "{body}"
+    );
+    assert!(
+        body.contains("redis://alice:***@127.0.0.1:"),
+        "the URL is shown masked: {body}"
+    );
+    seen.push(body);
+
+    server.stop();
+    // The dropped connection, then a refused one.
+    for _ in 0..2 {
+        for web in [&from_env, &from_arg] {
+            let (status, body) = web.get("/api/queues");
+            assert_eq!(status, 503, "{body}");
+            assert!(body.contains(&shown), "{body}");
+            seen.push(body);
+            let (status, body) = web.get("/metrics");
+            assert_eq!(status, 200, "{body}");
+            assert!(body.contains("echomq_up 0"), "{body}");
+            seen.push(body);
+        }
+    }
+    let outputs = [from_env.stop(), from_arg.stop(), refused.stop()];
+    assert!(
+        outputs[0].contains(&format!(" for {shown} ")),
+        "the start-up line names the server, masked: {}",
+        outputs[0]
+    );
+    // A URL the client refuses at start: the refusal is masked too.
+    let out = Command::new(web_binary())
+        .args(["--queue", "q", "--listen", "127.0.0.1:0"])
+        .env(
+            "ECHOMQ_WEB_URL",
+            format!("redis://alice:{PASSWORD}@127.0.0.1:notaport/"),
+        )
+        .output()
+        .expect("run echomq-web");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let refusal = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(refusal.contains("alice:***@"), "{refusal}");
+    for text in seen.iter().chain(&outputs).chain([&refusal]) {
+        assert!(!text.contains(PASSWORD), "the password shown: {text}");
+        assert!(!text.contains("wr0ngpw"), "the password shown: {text}");
+    }
+}
+
+/// openssl, which makes the test's CA and certificates.
+fn openssl() -> Result<PathBuf, String> {
+    match Command::new("openssl").arg("version").output() {
+        Ok(o) if o.status.success() => Ok(PathBuf::from("openssl")),
+        _ => Err("openssl is not installed (apt-get install openssl)".into()),
+    }
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// In `dir`: ca.pem (a CA), server.pem and server.key (signed by it, for
+/// IP 127.0.0.1), and other-ca.pem (a CA that signed nothing here).
+fn make_pki(openssl: &Path, dir: &Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for (name, cn) in [("ca", "echomq test CA"), ("other-ca", "another CA")] {
+        run_ok(
+            Command::new(openssl)
+                .current_dir(dir)
+                .args(["req", "-x509"])
+                .args(ec)
+                .args(["-keyout", &format!("{name}.key"), "-out"])
+                .arg(format!("{name}.pem"))
+                .args(["-days", "2", "-subj", &format!("/CN={cn}")]),
+        );
+    }
+    run_ok(
+        Command::new(openssl)
+            .current_dir(dir)
+            .arg("req")
+            .args(ec)
+            .args(["-keyout", "server.key", "-out", "server.csr"])
+            .args(["-subj", "/CN=127.0.0.1"]),
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("write server.ext");
+    run_ok(
+        Command::new(openssl)
+            .current_dir(dir)
+            .args(["x509", "-req", "-in", "server.csr", "-CA", "ca.pem"])
+            .args(["-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem"])
+            .args(["-days", "2", "-extfile", "server.ext"]),
+    );
+}
+
+/// A server with the module that accepts TLS only (`--port 0`), with a
+/// password, killed by pid on drop.
+struct TlsServer {
+    child: Child,
+    port: u16,
+    pki: PathBuf,
+    _dir: TempDir,
+}
+
+impl TlsServer {
+    fn start(pki: &Path) -> TlsServer {
+        let dir = TempDir::new("tls-server");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(server_binary())
+            .args(["--port", "0", "--tls-port", &port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(pki.join("server.pem"))
+            .arg("--tls-key-file")
+            .arg(pki.join("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(pki.join("ca.pem"))
+            .args(["--tls-auth-clients", "no", "--requirepass", PASSWORD])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir.0)
+            .arg("--loadmodule")
+            .arg(module_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the TLS server");
+        let mut server = TlsServer {
+            child,
+            port,
+            pki: pki.to_path_buf(),
+            _dir: dir,
+        };
+        wait_until(
+            "the TLS server answers PING",
+            Duration::from_secs(20),
+            || {
+                if let Ok(Some(status)) = server.child.try_wait() {
+                    panic!("the TLS server exited: {status}");
+                }
+                match server.try_cli(&["PING"]) {
+                    Ok(pong) if pong == "PONG" => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        );
+        server
+    }
+
+    /// valkey-cli over TLS, trusting the test CA: its output, trimmed.
+    fn try_cli(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("valkey-cli")
+            .args(["--tls", "--cacert"])
+            .arg(self.pki.join("ca.pem"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["--no-auth-warning", "-a", PASSWORD])
+            .args(args)
+            .output()
+            .map_err(|e| format!("valkey-cli: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !text.starts_with("ERR") {
+            Ok(text)
+        } else {
+            Err(format!("{text} {}", String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        self.try_cli(args)
+            .unwrap_or_else(|e| panic!("valkey-cli {args:?}: {e}"))
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn rediss_with_a_ca_file_and_a_clean_error_with_the_wrong_ca() {
+    let test = "rediss_with_a_ca_file_and_a_clean_error_with_the_wrong_ca";
+    let Some(openssl) = node::or_skip(test, openssl()) else {
+        return;
+    };
+    let pki = TempDir::new("pki");
+    make_pki(&openssl, &pki.0);
+    let server = TlsServer::start(&pki.0);
+    assert_eq!(server.cli(&["LPUSH", "{t}:pending", "a", "b", "c"]), "3");
+    assert_eq!(server.cli(&["ZADD", "{t}:dead", "1", "d"]), "1");
+    let url = format!("rediss://:{PASSWORD}@127.0.0.1:{}/", server.port);
+    let shown = format!("rediss://:***@127.0.0.1:{}/", server.port);
+    let ca = pki.0.join("ca.pem");
+    let ca = ca.to_str().expect("a UTF-8 path");
+
+    // The CA file from the environment, and from --ca-file.
+    let from_env = Web::launch(
+        &["--queue", "t"],
+        &[("ECHOMQ_WEB_URL", &url), ("ECHOMQ_WEB_CA_FILE", ca)],
+    );
+    let from_arg = Web::start(&url, &["--queue", "t", "--ca-file", ca]);
+    for web in [&from_env, &from_arg] {
+        let (status, got) = web.api();
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(
+            got["queues"][0],
+            json!({"name": "t", "scheduled": 0, "due": 0, "pending": 3, "in_flight": 0,
+                   "dead": 1, "spread": vec![0; 60]})
+        );
+        assert!(got["info"].get("echomq_retries").is_some(), "{got}");
+        assert_eq!(got["maxmemory_policy"], json!("noeviction"));
+    }
+
+    // Another CA: the server's certificate does not verify.
+    let other = pki.0.join("other-ca.pem");
+    let mut wrong = Web::start(
+        &url,
+        &["--queue", "t", "--ca-file", other.to_str().expect("UTF-8")],
+    );
+    for _ in 0..2 {
+        let (status, got) = wrong.api();
+        assert_eq!(status, 503, "{got}");
+        let err = got["error"].as_str().expect("error text");
+        assert!(err.starts_with(&shown), "{err}");
+        assert!(err.to_lowercase().contains("certificate"), "{err}");
+        assert!(!err.contains(PASSWORD), "{err}");
+    }
+    assert!(
+        matches!(wrong.child.try_wait(), Ok(None)),
+        "echomq-web is still running"
+    );
+    let out = wrong.stop();
+    assert!(!out.contains("panicked"), "{out}");
+    assert!(!out.contains(PASSWORD), "{out}");
+
+    // A CA file with no certificate in it stops echomq-web at start.
+    let empty = pki.0.join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").expect("write");
+    let out = Command::new(web_binary())
+        .args(["--listen", "127.0.0.1:0", "--queue", "t", "--ca-file"])
+        .arg(&empty)
+        .env("ECHOMQ_WEB_URL", &url)
+        .output()
+        .expect("run echomq-web");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no PEM certificate"), "{stderr}");
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+}
+
+/// The words of docs/security.md's `ACL SETUSER <user> ...` line, with its
+/// password placeholder replaced by `password`.
+fn acl_line(user: &str, password: &str) -> Vec<String> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/security.md"))
+            .expect("docs/security.md");
+    let prefix = format!("ACL SETUSER {user} ");
+    let lines: Vec<&str> = doc.lines().filter(|l| l.starts_with(&prefix)).collect();
+    assert_eq!(lines.len(), 1, "one ACL line for {user}: {lines:?}");
+    lines[0]
+        .split_whitespace()
+        .map(|w| match w.strip_suffix("-PASSWORD") {
+            Some(p) if p.starts_with('>') => format!(">{password}"),
+            _ => w.to_string(),
+        })
+        .collect()
+}
+
+/// The ACL LOG entries as (username, object) pairs.
+fn acl_log(con: &mut Connection) -> Vec<(String, String)> {
+    let entries: Vec<std::collections::HashMap<String, Value>> = q!(con, "ACL", "LOG");
+    let text = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    entries
+        .iter()
+        .map(|e| (text(e.get("username")), text(e.get("object"))))
+        .collect()
+}
+
+#[test]
+fn least_privilege_users_run_the_web_view_and_the_worker() {
+    let server = Server::start();
+    let port = server.port;
+    let mut admin = server.conn();
+    for (user, password) in [("echomq-web", "web-pw"), ("echomq-worker", "worker-pw")] {
+        let words = acl_line(user, password);
+        let mut cmd = redis::cmd(&words[0]);
+        for w in &words[1..] {
+            cmd.arg(w);
+        }
+        let _: () = run(&mut admin, &cmd);
+    }
+    // The admin connection stays authenticated; new ones must log in.
+    let _: () = q!(&mut admin, "ACL", "SETUSER", "default", "off");
+    let mut anonymous = server.conn();
+    let e = err!(&mut anonymous, "PING");
+    assert!(e.starts_with("NOAUTH"), "{e}");
+    let _: () = q!(
+        &mut admin,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        "{mail}:schedule {mail}:pending"
+    );
+    let _: i64 = q!(&mut admin, "LPUSH", "{mail}:pending", "m1");
+    let _: () = q!(&mut admin, "ACL", "LOG", "RESET");
+
+    // The worker, as echomq-worker: job-i fails its first i % 3 attempts,
+    // and a second failure is its last, so the jobs with i % 3 == 2 die.
+    let jobs = 30;
+    let out = Command::new(rust_worker())
+        .env(
+            "ECHOMQ_URL",
+            format!("redis://echomq-worker:worker-pw@127.0.0.1:{port}/"),
+        )
+        .args(["--queue", "orders", "--jobs", &jobs.to_string(), "--seed"])
+        .args([
+            "--fail-first",
+            "2",
+            "--policy",
+            "fixed:20",
+            "--max-attempts",
+            "2",
+        ])
+        .args(["--consumers", "2", "--deadline-secs", "90", "--name", "acl"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the worker");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the worker failed: {said}");
+    let dead = (0..jobs).filter(|i| i % 3 == 2).count();
+    assert!(
+        said.contains(&format!("{}/{jobs} done and {dead} dead", jobs - dead)),
+        "{said}"
+    );
+
+    // echomq-web, as echomq-web: the same numbers as the admin reads.
+    let web = Web::launch(
+        &["--queue", "orders"],
+        &[(
+            "ECHOMQ_WEB_URL",
+            &format!("redis://echomq-web:web-pw@127.0.0.1:{port}/"),
+        )],
+    );
+    let (status, got) = web.api();
+    assert_eq!(status, 200, "{got}");
+    let scheduled: i64 = q!(&mut admin, "ZCARD", "{orders}:schedule");
+    let pending: i64 = q!(&mut admin, "XLEN", "{orders}:pending");
+    let dead_set: i64 = q!(&mut admin, "ZCARD", "{orders}:dead");
+    assert_eq!((scheduled, dead_set), (0, dead as i64));
+    let zeros = vec![0; 60];
+    assert_eq!(
+        got["queues"],
+        json!([
+            {"name": "orders", "scheduled": 0, "due": 0, "pending": pending, "in_flight": 0,
+             "dead": dead, "spread": zeros},
+            {"name": "mail", "scheduled": 0, "due": 0, "pending": 1, "in_flight": 0,
+             "dead": 0, "spread": zeros},
+        ]),
+        "{got}"
+    );
+    assert_eq!(got["maxmemory_policy"], json!("noeviction"));
+    assert_eq!(got["round_trips"], json!(3));
+    assert_eq!(
+        got["info"]["echomq_dead_lettered"],
+        json!(dead),
+        "{}",
+        got["info"]
+    );
+    let (status, metrics) = web.get("/metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.lines().any(|l| l == "echomq_up 1"), "{metrics}");
+
+    // The web user reads and nothing more.
+    let mut viewer = redis::Client::open(format!("redis://echomq-web:web-pw@127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection())
+        .expect("connect as echomq-web");
+    let e = err!(&mut viewer, "ZADD", "{orders}:schedule", 1, "x");
+    assert!(e.starts_with("NOPERM"), "{e}");
+    let e = err!(&mut viewer, "CONFIG", "GET", "requirepass");
+    assert!(e.starts_with("NOPERM"), "{e}");
+    // Exactly those two refusals: the worker and the scrapes needed nothing
+    // their lines do not allow.
+    let mut log = acl_log(&mut admin);
+    log.sort();
+    assert_eq!(
+        log,
+        [
+            ("echomq-web".to_string(), "config|get".to_string()),
+            ("echomq-web".to_string(), "zadd".to_string()),
+        ],
+        "ACL LOG"
+    );
+}
+
+#[test]
+fn every_response_says_nosniff_and_carries_the_content_security_policy() {
+    let server = Server::start();
+    let web = Web::start(&server.url(), &["--queue", "q"]);
+    for (path, status, content_type) in [
+        ("/", 200, "text/html"),
+        ("/page.js", 200, "text/javascript"),
+        ("/page.css", 200, "text/css"),
+        ("/api/queues", 200, "application/json"),
+        ("/metrics", 200, "text/plain; version=0.0.4"),
+        ("/no-such-page", 404, ""),
+    ] {
+        let (got, headers, body) = web.get_with_headers(path);
+        assert_eq!(got, status, "{path}: {body}");
+        assert_eq!(
+            header(&headers, "x-content-type-options"),
+            Some("nosniff"),
+            "{path}: {headers:?}"
+        );
+        assert_eq!(
+            header(&headers, "content-security-policy"),
+            Some(CSP),
+            "{path}"
+        );
+        assert_eq!(header(&headers, "referrer-policy"), Some("no-referrer"));
+        let ct = header(&headers, "content-type").unwrap_or_default();
+        assert!(ct.starts_with(content_type), "{path}: {ct}");
+    }
+    // Nothing inline for the policy to refuse: the script and the style are
+    // their own files, and no element has a style or an event attribute.
+    let (_, page) = web.get("/");
+    assert!(
+        page.contains(r#"<script src="page.js"></script>"#),
+        "{page}"
+    );
+    assert!(page.contains(r#"<link rel="stylesheet" href="page.css">"#));
+    assert_eq!(page.matches("<script").count(), 1, "{page}");
+    assert!(!page.contains("<style"), "{page}");
+    assert!(!page.contains(" style="), "{page}");
+    let attrs = page
+        .split(|c: char| c.is_whitespace())
+        .filter(|w| w.starts_with("on") && w.contains('='))
+        .count();
+    assert_eq!(attrs, 0, "event handler attributes: {page}");
+}
+
+#[test]
+fn the_page_runs_under_its_policy_in_chromium() {
+    let test = "the_page_runs_under_its_policy_in_chromium";
+    let Some(mut browser) = Browser::start(test) else {
+        return;
+    };
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: i64 = q!(&mut con, "LPUSH", "{q}:pending", "a");
+    let web = Web::start(&server.url(), &["--queue", "q"]);
+    browser.open(&format!("{}/", web.base));
+    let card = browser.wait(
+        &format!(
+            "(() => {{ const v = {}; return v && v.status === 'live' && v; }})()",
+            card_js("q")
+        ),
+        "the q card, live",
+    );
+    assert_eq!(card["pending"], json!(1));
+    // The browser enforces the policy: an inline script does not run, an
+    // inline style does not apply (a script of its own would be refused).
+    let refused = browser.call(json!({"op": "eval", "js": "(() => { \
+        const s = document.createElement('script'); s.textContent = 'window.inlineRan = true'; \
+        document.body.appendChild(s); \
+        const d = document.createElement('div'); d.setAttribute('style', 'width: 123px'); \
+        document.body.appendChild(d); \
+        return { inline_script: window.inlineRan === true, \
+                 inline_style: d.getBoundingClientRect().width === 123 }; })()"}));
+    assert_eq!(
+        refused,
+        json!({"inline_script": false, "inline_style": false})
+    );
+}
+
+/// A TCP connection to echomq-web's HTTP port.
+fn connect(web: &Web) -> TcpStream {
+    let s = TcpStream::connect(web.base.trim_start_matches("http://")).expect("connect");
+    // Only so that a server that never closes fails the test instead of hanging it.
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    s
+}
+
+/// Reads until the server closes the connection: what it sent, or the
+/// error (a read timeout: it did not close).
+fn until_closed(s: &mut TcpStream) -> Result<String, String> {
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => Ok(String::from_utf8_lossy(&got).into_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(String::new()),
+        Err(e) => Err(format!("not closed: {e}")),
+    }
+}
+
+#[test]
+fn a_connection_that_never_finishes_its_headers_is_closed() {
+    let server = Server::start();
+    let web = Web::start(
+        &server.url(),
+        &["--queue", "q", "--header-timeout-ms", "300"],
+    );
+    let mut half = connect(&web);
+    half.write_all(b"GET /api/queues HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ")
+        .expect("write half a request");
+    let mut silent = connect(&web);
+    let got = until_closed(&mut half).expect("half a request");
+    assert!(!got.contains(" 200 "), "{got}");
+    let got = until_closed(&mut silent).expect("no request at all");
+    assert_eq!(got, "");
+    // A whole request is still answered.
+    assert_eq!(web.api().0, 200);
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/<pid>/fd")
+        .count()
+}
+
+#[test]
+fn idle_connections_beyond_the_bound_wait_and_the_server_keeps_answering() {
+    let server = Server::start();
+    let bound = 4;
+    let web = Web::start(
+        &server.url(),
+        &[
+            "--queue",
+            "q",
+            "--max-connections",
+            &bound.to_string(),
+            "--header-timeout-ms",
+            "400",
+        ],
+    );
+    // Its connection to the server is open, and no HTTP connection.
+    assert_eq!(web.api().0, 200);
+    let pid = web.pid();
+    let before = open_fds(pid);
+    // Ten times the bound: the kernel queues those not accepted.
+    let mut idle: Vec<TcpStream> = (0..10 * bound).map(|_| connect(&web)).collect();
+    let mut most = 0;
+    for _ in 0..20 {
+        most = most.max(open_fds(pid));
+        sleep(Duration::from_millis(25));
+    }
+    assert!(
+        most <= before + bound,
+        "{most} descriptors open, {before} before {} idle connections",
+        idle.len()
+    );
+    // Still answering: idle connections time out and free their places.
+    let (status, got) = web.api();
+    assert_eq!(status, 200, "{got}");
+    let after = open_fds(pid);
+    assert!(after <= before + bound, "{after} open, {before} before");
+    // And each idle connection was accepted in its turn and closed.
+    for s in &mut idle {
+        assert_eq!(until_closed(s).as_deref(), Ok(""));
+    }
+}

@@ -1,0 +1,172 @@
+// The page's script, served as /page.js: no inline script, so the page's
+// Content-Security-Policy allows scripts from echomq-web itself only.
+"use strict";
+// Polls the API once a second (the next poll starts when the last one ended,
+// so a slow server is never asked twice at once) and updates the cards in place:
+// each queue keeps its DOM nodes, so hundreds of queues cost one text and one
+// path update each per second.
+const POLL_MS = 1000;
+const FIELDS = ["scheduled", "due", "pending", "in_flight", "dead"];
+const $ = (id) => document.getElementById(id);
+const cards = new Map();
+let prev = null;          // the last good reply, for rates
+let failingSince = null;
+const fmt = new Intl.NumberFormat();
+
+function rate(field, cur) {
+  if (!prev || !(field in cur.info) || !(field in prev.info)) return null;
+  const dt = (cur.now_ms - prev.now_ms) / 1000;
+  if (dt <= 0) return null;
+  return Math.max(0, (cur.info[field] - prev.info[field]) / dt);
+}
+function showRate(id, field, cur) {
+  const r = rate(field, cur);
+  const el = $(id);
+  el.textContent = r === null ? (field in cur.info ? "…" : "n/a") : r.toFixed(1);
+  el.title = field in cur.info ? `${field}: ${fmt.format(cur.info[field])} since the module loaded` : `the server has no ${field}`;
+}
+
+function seconds(ms) { return ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`; }
+
+function card(name) {
+  let c = cards.get(name);
+  if (c) return c;
+  const el = document.createElement("section");
+  el.className = "queue";
+  el.dataset.queue = name;
+  el.innerHTML = `<h2></h2><div class="counts">
+      <div data-field="scheduled"><b>0</b><small>scheduled</small></div>
+      <div class="due" data-field="due"><b>0</b><small>due</small></div>
+      <div data-field="pending"><b>0</b><small>pending</small></div>
+      <div data-field="in_flight" title="Delivered to a consumer of the stream, not yet acknowledged (0 for a list)"><b>0</b><small>in flight</small></div>
+      <div class="dead" data-field="dead"><b>0</b><small>dead</small></div></div>
+    <svg class="spread" preserveAspectRatio="none" role="img"><path d=""></path></svg>
+    <div class="axis"><span>now</span><span class="peak"></span><span class="end"></span></div>
+    <div class="hint"></div><div class="err"></div>`;
+  el.querySelector("h2").textContent = name;
+  el.querySelector("h2").title = name;
+  c = { el, name, data: null,
+        nums: Object.fromEntries(FIELDS.map(
+          f => [f, el.querySelector(`[data-field="${f}"] b`)])),
+        svg: el.querySelector("svg"), path: el.querySelector("path"),
+        peak: el.querySelector(".peak"), end: el.querySelector(".end"),
+        hint: el.querySelector(".hint"), err: el.querySelector(".err") };
+  c.svg.addEventListener("mousemove", (ev) => hover(c, ev));
+  c.svg.addEventListener("mouseleave", () => { c.hint.textContent = ""; });
+  cards.set(name, c);
+  return c;
+}
+
+let windowInfo = null;
+function hover(c, ev) {
+  if (!c.data || !c.data.spread || !windowInfo) return;
+  const n = c.data.spread.length, box = c.svg.getBoundingClientRect();
+  const i = Math.min(n - 1, Math.max(0, Math.floor((ev.clientX - box.left) / box.width * n)));
+  const w = windowInfo.ms, from = Math.floor(i * w / n), to = Math.floor((i + 1) * w / n);
+  c.hint.textContent = `+${seconds(from)} … +${seconds(to)}: ${fmt.format(c.data.spread[i])} job(s)`;
+}
+
+// One path per queue, one bar per non-empty bucket, scaled to the queue's own
+// peak (or, with "one scale", to the tallest bucket shown): a herd is one tall
+// bar, a jittered cohort a flat field.
+let scalePeak = 0;
+function draw(c, spread) {
+  const n = spread.length, own = Math.max(0, ...spread);
+  const peak = $("shared").checked ? Math.max(own, scalePeak) : own;
+  c.svg.setAttribute("viewBox", `0 0 ${n} 100`);
+  c.svg.dataset.spread = spread.join(",");
+  let d = "";
+  if (peak > 0) spread.forEach((v, i) => {
+    if (v > 0) { const h = Math.max(2, v / peak * 100); d += `M${i} 100V${(100 - h).toFixed(2)}h0.86V100z`; }
+  });
+  c.path.setAttribute("d", d);
+  c.peak.textContent = own > 0 ? `peak ${fmt.format(own)}/bucket` : "nothing scheduled in window";
+}
+
+function update(c, q) {
+  c.data = q;
+  if (q.error) { c.err.textContent = q.error; return; }
+  c.err.textContent = "";
+  for (const f of FIELDS) c.nums[f].textContent = fmt.format(q[f]);
+  c.end.textContent = windowInfo ? `+${seconds(windowInfo.ms)}` : "";
+  draw(c, q.spread);
+}
+
+function layout() {
+  const filter = $("filter").value.trim().toLowerCase();
+  const key = $("sort").value, hideIdle = $("busy").checked;
+  const list = [...cards.values()];
+  list.sort((a, b) => key === "name" || !a.data || !b.data
+    ? a.name.localeCompare(b.name)
+    : (b.data[key] || 0) - (a.data[key] || 0) || a.name.localeCompare(b.name));
+  const box = $("queues");
+  let shown = 0;
+  list.forEach((c, i) => {
+    const idle = c.data && !c.data.error && !c.data.scheduled && !c.data.pending && !c.data.in_flight && !c.data.dead;
+    const visible = (!filter || c.name.toLowerCase().includes(filter)) && !(hideIdle && idle);
+    c.el.hidden = !visible;
+    if (visible) shown++;
+    if (box.children[i] !== c.el) box.insertBefore(c.el, box.children[i] || null);
+  });
+  $("shown").textContent = shown < list.length ? `${shown} of ${list.length} shown` : "";
+}
+
+// The eviction guard: while the server may evict any key under memory
+// pressure, queues can vanish without a word, so the page says so above all.
+function showEviction(body) {
+  const el = $("eviction");
+  const unsafe = body.eviction_policy_safe === false;
+  el.hidden = !unsafe;
+  el.textContent = unsafe
+    ? `Warning: this server's maxmemory-policy is ${body.maxmemory_policy || "an allkeys-* policy"}: ` +
+      `under memory pressure it may evict queue keys (schedules, pending jobs, dead sets) and lose jobs ` +
+      `without an error. Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in the config file).`
+    : "";
+}
+
+function render(body) {
+  showEviction(body);
+  windowInfo = body.window;
+  $("window").textContent = `spread of the next ${seconds(body.window.ms)} in ${body.window.buckets} buckets`;
+  const names = new Set(body.queues.map(q => q.name));
+  for (const [name, c] of cards) if (!names.has(name)) { c.el.remove(); cards.delete(name); }
+  scalePeak = Math.max(0, ...body.queues.map(q => q.spread ? Math.max(0, ...q.spread) : 0));
+  for (const q of body.queues) update(card(q.name), q);
+  $("total-queues").textContent = fmt.format(body.queues.length);
+  showRate("rate-promoted", "echomq_promoted", body);
+  showRate("rate-auto", "echomq_auto_promoted", body);
+  showRate("rate-retries", "echomq_retries", body);
+  showRate("rate-dead", "echomq_dead_lettered", body);
+  layout();
+  prev = body;
+}
+
+function setStatus(state, text) {
+  const s = $("status");
+  s.dataset.state = state;
+  s.textContent = text;
+  $("main").classList.toggle("stale", state === "error");
+}
+
+async function poll() {
+  try {
+    const r = await fetch("api/queues", { cache: "no-store", signal: AbortSignal.timeout(5000) });
+    const body = await r.json().catch(() => null);
+    if (!r.ok || !body || body.error) throw new Error(body && body.error ? body.error : `HTTP ${r.status}`);
+    render(body);
+    failingSince = null;
+    setStatus("live", `Live: server time ${new Date(body.now_ms).toISOString().replace("T", " ").slice(0, 19)} UTC`);
+  } catch (e) {
+    failingSince = failingSince || new Date();
+    prev = null;  // a rate across an outage would be meaningless
+    const msg = e && e.name === "TimeoutError" ? "echomq-web did not answer" : String(e && e.message || e);
+    setStatus("error", `Cannot read the server: ${msg}. Retrying every second since ${failingSince.toLocaleTimeString()}; the numbers below are from before.`);
+  } finally {
+    setTimeout(poll, POLL_MS);
+  }
+}
+$("filter").addEventListener("input", layout);
+$("sort").addEventListener("change", layout);
+$("busy").addEventListener("change", layout);
+$("shared").addEventListener("change", () => { for (const c of cards.values()) if (c.data && c.data.spread) draw(c, c.data.spread); });
+poll();
