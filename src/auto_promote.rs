@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use redis_module::{Context, RedisError};
 
 use crate::cluster;
-use crate::errors::{PairsError, PAIR_CROSSSLOT, PAIR_FAILED, PAIR_WRONGTYPE};
+use crate::errors::{PAIR_CROSSSLOT, PAIR_FAILED, PAIR_WRONGTYPE};
 use crate::parse::{self, Pair};
 use crate::promotion::{self, Moved, TimeLimit};
 use crate::server::config::{self, ApplyConfigs, NumericConfig, StringConfig};
@@ -61,9 +61,6 @@ struct State {
     tick_full: bool,
     /// The time the running tick has spent in its callbacks so far.
     tick_work: Duration,
-    /// The last value `set` refused, and why: named in the log when the
-    /// refusal fails the module's load.
-    refused: Option<(Vec<u8>, PairsError)>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -75,7 +72,6 @@ static STATE: Mutex<State> = Mutex::new(State {
     timer: None,
     tick_full: false,
     tick_work: Duration::ZERO,
-    refused: None,
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -89,10 +85,9 @@ pub fn pairs() -> Vec<Pair> {
     state().pairs.clone()
 }
 
-/// Registers the three configs and loads their values (valkey.conf, or
-/// `MODULE LOADEX ... CONFIG`), then arms the timer if a pair is set. A value
-/// the set callbacks refuse makes the load fail, as the server expects.
-pub fn init(ctx: &Context) -> Result<(), String> {
+/// Registers the three configs; `start` follows once the server has loaded
+/// every config's value.
+pub fn register(ctx: &Context) -> Result<(), String> {
     // After MODULE UNLOAD the library can stay mapped with its statics: start
     // afresh. No timer can be armed then (the unload would have been refused).
     {
@@ -105,7 +100,6 @@ pub fn init(ctx: &Context) -> Result<(), String> {
         state.timer = None;
         state.tick_full = false;
         state.tick_work = Duration::ZERO;
-        state.refused = None;
     }
     config::register_string::<Pairs, Rearm>(ctx, c"auto-promote", c"")?;
     config::register_numeric::<IntervalMs, Rearm>(
@@ -121,19 +115,12 @@ pub fn init(ctx: &Context) -> Result<(), String> {
         DEFAULT_LIMIT,
         1,
         MAX_LIMIT,
-    )?;
-    if !config::load(ctx) {
-        return Err(match state().refused.take() {
-            Some((value, why)) => format!(
-                "echomq.auto-promote {} refused at load: {}",
-                log::quote(&value),
-                why.text()
-            ),
-            None => "a configured echomq.auto-promote* value was refused at load".into(),
-        });
-    }
+    )
+}
+
+/// Arms the timer if a pair is configured.
+pub fn start(ctx: &Context) {
     rearm(ctx);
-    Ok(())
 }
 
 /// `echomq.auto-promote`.
@@ -144,20 +131,16 @@ impl StringConfig for Pairs {
         state().text.clone()
     }
 
-    fn set(value: &[u8]) -> Result<(), &'static str> {
+    fn set(value: &[u8]) -> Result<(), String> {
         let mut state = state();
         match parse::parse_pairs(value) {
             Ok(pairs) => {
                 state.text = value.to_vec();
                 state.last_logged_ms = vec![None; pairs.len()];
                 state.pairs = pairs;
-                state.refused = None;
                 Ok(())
             }
-            Err(why) => {
-                state.refused = Some((value.to_vec(), why));
-                Err(why.text())
-            }
+            Err(why) => Err(why.text().into()),
         }
     }
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use redis_module::RedisError;
 
 use crate::buckets::MAX_SPREAD_BUCKETS;
+use crate::limits::{MAX_BURST, MAX_HOLD_MS, MAX_RATE};
 use crate::policy::{MAX_JITTER_LAYERS, MAX_MS};
 
 /// Said by ECHO.PROMOTE and by the auto-promote config alike.
@@ -38,6 +39,8 @@ pub enum ArgError {
     SpreadBound(&'static str),
     SpreadEmptyRange,
     Buckets,
+    DelayMs,
+    HoldMs,
 }
 
 impl fmt::Display for ArgError {
@@ -99,6 +102,14 @@ impl fmt::Display for ArgError {
                 f,
                 "ERR buckets is not an integer or out of range (1..={MAX_SPREAD_BUCKETS})"
             ),
+            DelayMs => write!(
+                f,
+                "ERR delay_ms is not an integer or out of range (0..={MAX_MS})"
+            ),
+            HoldMs => write!(
+                f,
+                "ERR ms is not an integer or out of range (0..={MAX_HOLD_MS})"
+            ),
         }
     }
 }
@@ -154,6 +165,35 @@ impl PairsError {
             PairsError::OddNames => "odd number of key names: give schedule pending pairs",
             PairsError::SameKeys => SAME_KEYS,
             PairsError::ScheduleTwice => "a schedule is named twice",
+        }
+    }
+}
+
+/// Why CONFIG SET refuses a value of `echomq.release-limits`; the words a
+/// client gave are quoted and escaped by the parser.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LimitsError {
+    WordCount(usize),
+    Rate(String),
+    Burst(String),
+    ScheduleTwice(String),
+}
+
+impl fmt::Display for LimitsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitsError::WordCount(n) => write!(
+                f,
+                "{n} words: give schedule rate burst triples (a multiple of three)"
+            ),
+            LimitsError::Rate(word) => write!(
+                f,
+                "rate '{word}' is not <n>/s, <n>/m or <n>/h with n in 1..={MAX_RATE}, or adaptive:<rate>"
+            ),
+            LimitsError::Burst(word) => {
+                write!(f, "burst '{word}' is not an integer in 1..={MAX_BURST}")
+            }
+            LimitsError::ScheduleTwice(word) => write!(f, "schedule '{word}' is named twice"),
         }
     }
 }

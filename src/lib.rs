@@ -9,17 +9,19 @@ mod cluster;
 mod commands;
 mod errors;
 mod eviction;
+mod limits;
 mod parse;
 mod policy;
 mod promotion;
+mod release;
 mod server;
 mod stats;
 
-use commands::{delay, promote, queues, retry, spread};
+use commands::{delay, hold, limits as limits_command, promote, queues, retry, spread};
 use redis_module::commands::KeySpecFlags as K;
 use redis_module::{redis_module, Context, RedisString, Status};
 use server::register::{self, Command, KeyAt, KeyDoc};
-use server::{info, log};
+use server::{config, info, log};
 
 // Unit tests run outside a server, where the server's allocator does not
 // exist. A library built with cfg(test) is never loaded into a server.
@@ -65,7 +67,23 @@ fn load(ctx: &Context) -> Result<(), String> {
     info::register::<stats::Info>(ctx)?;
     register::register(ctx, COMMANDS)?;
     eviction::init(ctx)?;
-    auto_promote::init(ctx)
+    auto_promote::register(ctx)?;
+    release::register(ctx)?;
+    // The values of valkey.conf (or MODULE LOADEX ... CONFIG); a refused
+    // one fails the load, as the server expects.
+    if !config::load(ctx) {
+        return Err(match config::take_last_refusal() {
+            Some(refusal) => format!(
+                "echomq.{} {} refused at load: {}",
+                refusal.name,
+                log::quote(&refusal.value),
+                refusal.why
+            ),
+            None => "a configured echomq.* value was refused at load".into(),
+        });
+    }
+    auto_promote::start(ctx);
+    Ok(())
 }
 
 /// The commands. ACL categories apply where the server has the API (Valkey).
@@ -156,5 +174,50 @@ const COMMANDS: &[Command] = &[
         summary: c"Lists the schedule and pending pairs the server promotes itself (echomq.auto-promote).",
         complexity: c"O(N) with N the configured pairs.",
         tips: None,
+    },
+    Command {
+        name: c"ECHO.SCHEDULE",
+        entry: entry_point!(retry::echo_schedule),
+        flags: c"write deny-oom fast",
+        arity: -4,
+        keys: &[KeyDoc {
+            at: KeyAt::Index(1),
+            flags: K::READ_WRITE.union(K::UPDATE),
+        }],
+        acl_categories: c"write sortedset fast",
+        summary: c"Adds a job to a schedule at now plus a delay: a run that is not a failure.",
+        complexity: c"O(log(N)) with N the number of jobs in the schedule.",
+        tips: None,
+    },
+    Command {
+        name: c"ECHO.HOLD",
+        entry: entry_point!(hold::echo_hold),
+        // write: routed to the owner and refused by a replica, though it
+        // writes no key; not deny-oom, it frees the dependency, not memory
+        flags: c"write fast",
+        arity: 3,
+        keys: &[KeyDoc {
+            at: KeyAt::Index(1),
+            // changes how the schedule is released, not its members
+            flags: K::READ_WRITE.union(K::UPDATE),
+        }],
+        acl_categories: c"write sortedset fast",
+        summary: c"Releases nothing from a schedule for a time: a dependency's Retry-After, for every worker.",
+        complexity: c"O(log(N)) with N the number of held schedules.",
+        tips: None,
+    },
+    Command {
+        name: c"ECHO.LIMITS",
+        entry: entry_point!(limits_command::echo_limits),
+        flags: c"readonly fast",
+        arity: 2,
+        keys: &[KeyDoc {
+            at: KeyAt::Index(1),
+            flags: K::READ_ONLY,
+        }],
+        acl_categories: c"read sortedset fast",
+        summary: c"The release limit of a schedule: rates, burst, what it allows now, its hold and counts.",
+        complexity: c"O(log(N)) with N the number of limited and held schedules.",
+        tips: Some(c"nondeterministic_output"),
     },
 ];

@@ -5,7 +5,8 @@
 pub use crate::buckets::SpreadRequest;
 use crate::buckets::MAX_SPREAD_BUCKETS;
 pub use crate::errors::ArgError;
-use crate::errors::PairsError;
+use crate::errors::{LimitsError, PairsError};
+use crate::limits::{LimitSpec, Rate, MAX_BURST, MAX_HOLD_MS, MAX_RATE};
 use crate::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
 
 /// Promote moves at most this many members when the call names no LIMIT.
@@ -394,9 +395,183 @@ pub fn parse_pairs(text: &[u8]) -> Result<Vec<Pair>, PairsError> {
     Ok(pairs)
 }
 
+/// `ECHO.SCHEDULE schedule job delay_ms [NX | XX] [GT | LT]`: the delay and
+/// the options, which are ECHO.RETRY's without dead-lettering.
+pub fn parse_schedule_request(
+    delay_ms: &[u8],
+    options: &[&[u8]],
+) -> Result<(u64, RetryOptions), ArgError> {
+    let delay_ms = canonical_u64(delay_ms, MAX_MS).ok_or(ArgError::DelayMs)?;
+    let parsed = parse_retry_options(options)?;
+    if parsed.dead_letter.is_some() {
+        return Err(ArgError::Syntax);
+    }
+    Ok((delay_ms, parsed))
+}
+
+/// `ECHO.HOLD schedule ms`: the hold in ms, `0..=MAX_HOLD_MS`.
+pub fn parse_hold_ms(ms: &[u8]) -> Result<u64, ArgError> {
+    canonical_u64(ms, MAX_HOLD_MS).ok_or(ArgError::HoldMs)
+}
+
+/// A rate of `echomq.release-limits`: `<n>/s`, `<n>/m`, `<n>/h` (`n` in
+/// `1..=MAX_RATE`), or `adaptive:` and such a rate, the ceiling. Names and
+/// units in any case.
+pub fn parse_rate(word: &[u8]) -> Option<Rate> {
+    let (adaptive, rest) = match word.get(..9) {
+        Some(prefix) if prefix.eq_ignore_ascii_case(b"adaptive:") => (true, &word[9..]),
+        _ => (false, word),
+    };
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let n = canonical_u64(&rest[..slash], MAX_RATE).filter(|&n| n >= 1)?;
+    let period_ms = match &rest[slash + 1..] {
+        [b's' | b'S'] => 1000,
+        [b'm' | b'M'] => 60_000,
+        [b'h' | b'H'] => 3_600_000,
+        _ => return None,
+    };
+    Some(Rate {
+        n,
+        period_ms,
+        adaptive,
+    })
+}
+
+/// Reads `echomq.release-limits`: words separated by whitespace, taken three
+/// by three, `schedule rate burst`.
+pub fn parse_release_limits(text: &[u8]) -> Result<Vec<LimitSpec>, LimitsError> {
+    let words: Vec<&[u8]> = text
+        .split(u8::is_ascii_whitespace)
+        .filter(|word| !word.is_empty())
+        .collect();
+    if !words.len().is_multiple_of(3) {
+        return Err(LimitsError::WordCount(words.len()));
+    }
+    let mut specs: Vec<LimitSpec> = Vec::with_capacity(words.len() / 3);
+    for three in words.chunks_exact(3) {
+        let (schedule, rate, burst) = (three[0], three[1], three[2]);
+        let rate = parse_rate(rate).ok_or_else(|| LimitsError::Rate(quoted(rate)))?;
+        let burst = canonical_u64(burst, MAX_BURST)
+            .filter(|&b| b >= 1)
+            .ok_or_else(|| LimitsError::Burst(quoted(burst)))?;
+        if specs.iter().any(|s| s.schedule == schedule) {
+            return Err(LimitsError::ScheduleTwice(quoted(schedule)));
+        }
+        specs.push(LimitSpec {
+            schedule: schedule.to_vec(),
+            rate,
+            burst,
+        });
+    }
+    Ok(specs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_limits_are_read_three_by_three() {
+        let one = |n, period_ms, adaptive, burst| LimitSpec {
+            schedule: b"{a}:s".to_vec(),
+            rate: Rate {
+                n,
+                period_ms,
+                adaptive,
+            },
+            burst,
+        };
+        assert_eq!(parse_release_limits(b""), Ok(vec![]));
+        assert_eq!(
+            parse_release_limits(b" {a}:s 500/s 50 "),
+            Ok(vec![one(500, 1000, false, 50)])
+        );
+        assert_eq!(
+            parse_release_limits(b"{a}:s 3/M 1"),
+            Ok(vec![one(3, 60_000, false, 1)])
+        );
+        assert_eq!(
+            parse_release_limits(b"{a}:s 1000000/h 1000000"),
+            Ok(vec![one(1_000_000, 3_600_000, false, 1_000_000)])
+        );
+        assert_eq!(
+            parse_release_limits(b"{a}:s ADAPTIVE:2000/s 100"),
+            Ok(vec![one(2000, 1000, true, 100)])
+        );
+        let two = parse_release_limits(b"{a}:s 1/s 1\n{b}:s adaptive:5/m 2").unwrap();
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[1].schedule, b"{b}:s");
+    }
+
+    #[test]
+    fn malformed_release_limits_name_their_fault() {
+        use LimitsError::*;
+        for (text, want) in [
+            (&b"s"[..], WordCount(1)),
+            (b"s 1/s", WordCount(2)),
+            (b"s 1/s 1 t", WordCount(4)),
+            (b"s 0/s 1", Rate("0/s".into())),
+            (b"s 1/d 1", Rate("1/d".into())),
+            (b"s 01/s 1", Rate("01/s".into())),
+            (b"s 1.5/s 1", Rate("1.5/s".into())),
+            (b"s -1/s 1", Rate("-1/s".into())),
+            (b"s 1000001/s 1", Rate("1000001/s".into())),
+            (b"s 1/ 1", Rate("1/".into())),
+            (b"s /s 1", Rate("/s".into())),
+            (b"s 1/ss 1", Rate("1/ss".into())),
+            (b"s 1 1", Rate("1".into())),
+            (b"s adaptive: 1", Rate("adaptive:".into())),
+            (
+                b"s adaptive:adaptive:1/s 1",
+                Rate("adaptive:adaptive:1/s".into()),
+            ),
+            (b"s adaptive 1", Rate("adaptive".into())),
+            (b"s 1/s 0", Burst("0".into())),
+            (b"s 1/s -1", Burst("-1".into())),
+            (b"s 1/s 1000001", Burst("1000001".into())),
+            (
+                b"s 1/s 99999999999999999999999",
+                Burst("99999999999999999999999".into()),
+            ),
+            (b"s 1/s 01", Burst("01".into())),
+            (b"s 1/s 1.0", Burst("1.0".into())),
+            (b"s 1/s 1 s 2/s 2", ScheduleTwice("s".into())),
+            (b"s 1/s\x00 1", Rate("1/s\\x00".into())),
+        ] {
+            assert_eq!(
+                parse_release_limits(text),
+                Err(want),
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+
+    #[test]
+    fn schedule_and_hold_arguments() {
+        assert_eq!(parse_schedule_request(b"0", &[]).map(|r| r.0), Ok(0));
+        assert_eq!(
+            parse_schedule_request(b"10000000000000", &[b"NX"]).map(|r| r.0),
+            Ok(MAX_MS)
+        );
+        assert_eq!(
+            parse_schedule_request(b"10000000000001", &[]),
+            Err(ArgError::DelayMs)
+        );
+        assert_eq!(parse_schedule_request(b"-1", &[]), Err(ArgError::DelayMs));
+        assert_eq!(
+            parse_schedule_request(b"1", &[b"MAXATTEMPTS", b"1", b"DEAD", b"d"]),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_schedule_request(b"1", &[b"NX", b"XX"]),
+            Err(ArgError::Conflict("XX and NX"))
+        );
+        assert_eq!(parse_hold_ms(b"0"), Ok(0));
+        assert_eq!(parse_hold_ms(b"86400000"), Ok(86_400_000));
+        assert_eq!(parse_hold_ms(b"86400001"), Err(ArgError::HoldMs));
+        assert_eq!(parse_hold_ms(b"1s"), Err(ArgError::HoldMs));
+    }
 
     fn pair(schedule: &str, pending: &str) -> Pair {
         Pair {

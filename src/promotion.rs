@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use redis_module::{Context, RedisError};
 
 use crate::errors::ReplyError;
+use crate::release;
 use crate::server::keys::{Arg, Key, Kind};
 
 /// How long one move may hold the server: unbounded for a client's
@@ -34,6 +35,8 @@ const BUDGET_BATCH: u64 = 64;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Moved {
     pub count: u64,
+    /// The release limit (or a hold) left due members in the schedule.
+    pub limited: bool,
     /// The fire time of the earliest member moved (the timer's lag).
     pub earliest_ms: Option<f64>,
     /// Why the rest of the due members stayed scheduled: a stream out of
@@ -74,7 +77,39 @@ pub fn move_due(
         TimeLimit::Unbounded => (limit, None),
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
+    let allowance = release::allowance(schedule.as_slice(), now_ms);
+    let mut moved = take_due(
+        &schedule_key,
+        &pending_key,
+        &sink,
+        limit.min(allowance.unwrap_or(u64::MAX)),
+        now_ms,
+        batch,
+        deadline,
+    );
+    if let Some(allowance) = allowance {
+        // The limit bound the move when it took all it allowed and wanted
+        // less than the caller: then any member still due is held.
+        moved.limited = moved.count == allowance
+            && allowance < limit
+            && moved.refused.is_none()
+            && !schedule_key.zset_due(now_ms as f64, 1).is_empty();
+        release::released(schedule.as_slice(), now_ms, moved.count, moved.limited);
+    }
+    Ok(moved)
+}
 
+/// The batches of one move: at most `limit` members, in batches of
+/// `batch`, until nothing more is due, the stream refuses, or the deadline.
+fn take_due(
+    schedule_key: &Key,
+    pending_key: &Key,
+    sink: &Sink,
+    limit: u64,
+    now_ms: i64,
+    batch: u64,
+    deadline: Option<Instant>,
+) -> Moved {
     let mut moved = Moved::default();
     while moved.count < limit {
         let want = (limit - moved.count).min(batch);
@@ -110,5 +145,5 @@ pub fn move_due(
             break;
         }
     }
-    Ok(moved)
+    moved
 }

@@ -19,12 +19,31 @@ static AUTO_TICKS: AtomicU64 = AtomicU64::new(0);
 static AUTO_PROMOTED: AtomicU64 = AtomicU64::new(0);
 static AUTO_ERRORS: AtomicU64 = AtomicU64::new(0);
 static AUTO_LAG_MS_MAX: AtomicU64 = AtomicU64::new(0);
+static SCHEDULED: AtomicU64 = AtomicU64::new(0);
+static RELEASE_LIMITED: AtomicU64 = AtomicU64::new(0);
+static ADAPTIVE_DECREASES: AtomicU64 = AtomicU64::new(0);
 
 pub fn retried(jittered: bool) {
     RETRIES.fetch_add(1, Relaxed);
     if jittered {
         RETRIES_JITTERED.fetch_add(1, Relaxed);
     }
+}
+
+/// An ECHO.SCHEDULE call that replied a fire time or `-2`.
+pub fn scheduled() {
+    SCHEDULED.fetch_add(1, Relaxed);
+}
+
+/// A promote or a tick left due members in a schedule because of a release
+/// limit or a hold.
+pub fn release_limited() {
+    RELEASE_LIMITED.fetch_add(1, Relaxed);
+}
+
+/// An adaptive limit halved its rate in force.
+pub fn adaptive_decrease() {
+    ADAPTIVE_DECREASES.fetch_add(1, Relaxed);
 }
 
 pub fn dead_lettered() {
@@ -73,6 +92,9 @@ pub fn reset() {
         &AUTO_PROMOTED,
         &AUTO_ERRORS,
         &AUTO_LAG_MS_MAX,
+        &SCHEDULED,
+        &RELEASE_LIMITED,
+        &ADAPTIVE_DECREASES,
     ] {
         counter.store(0, Relaxed);
     }
@@ -96,6 +118,7 @@ impl InfoSection for Info {
         for (name, counter) in [
             (c"retries", &RETRIES),
             (c"retries_jittered", &RETRIES_JITTERED),
+            (c"scheduled", &SCHEDULED),
             (c"promote_calls", &PROMOTE_CALLS),
             (c"promoted", &PROMOTED),
             (c"dead_lettered", &DEAD_LETTERED),
@@ -104,6 +127,8 @@ impl InfoSection for Info {
             (c"auto_promoted", &AUTO_PROMOTED),
             (c"auto_promote_errors", &AUTO_ERRORS),
             (c"auto_promote_lag_ms_max", &AUTO_LAG_MS_MAX),
+            (c"release_limited", &RELEASE_LIMITED),
+            (c"adaptive_decreases", &ADAPTIVE_DECREASES),
         ] {
             section.field(name, counter.load(Relaxed));
         }

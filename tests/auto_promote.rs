@@ -416,9 +416,12 @@ fn config_set_refuses_bad_values_and_keeps_the_old_one() {
         .collect();
     all.sort();
     let defaults = [
+        ("echomq.adaptive-failure-percent", "10"),
+        ("echomq.adaptive-window-ms", "200"),
         ("echomq.auto-promote", ""),
         ("echomq.auto-promote-interval-ms", "10"),
         ("echomq.auto-promote-limit", "1000"),
+        ("echomq.release-limits", ""),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()));
     assert_eq!(all, defaults);

@@ -2,6 +2,8 @@
 //! (each write carries its events and replication), reply.
 
 pub mod delay;
+pub mod hold;
+pub mod limits;
 pub mod promote;
 pub mod queues;
 pub mod retry;

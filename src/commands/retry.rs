@@ -31,7 +31,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 use crate::parse::{self, ArgError, Compare, Presence, RetryOptions};
 use crate::server::keys::{Arg, Key, Kind, Zadd, ZaddIf};
 use crate::server::{clock, context};
-use crate::stats;
+use crate::{release, stats};
 
 /// The argument index of the first option (after `attempts`).
 const FIRST_OPTION: usize = 5;
@@ -103,34 +103,80 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     if let (true, Some(dead_key)) = (dies, &dead) {
         dead_letter(&schedule_key, job, dead_key)?;
         stats::dead_lettered();
+        release::failed(schedule.as_slice(), clock::now_ms());
         return Ok(RedisValue::Integer(DEAD_LETTERED));
     }
 
+    let jittered = request.delay.policy.is_jittered();
+    let reply = schedule_after(&schedule_key, job, request.options, || {
+        request
+            .delay
+            .policy
+            .delay_ms_with_rng(request.delay.attempts, &mut rand::rng())
+    })?;
+    stats::retried(jittered);
+    release::failed(schedule.as_slice(), clock::now_ms());
+    Ok(RedisValue::Integer(reply))
+}
+
+/// `ECHO.SCHEDULE schedule job delay_ms [NX | XX] [GT | LT]`
+///
+/// A run that is not a failure (a producer's delayed first run, a job
+/// re-queued by hand): exactly `ECHO.RETRY schedule job fixed:<delay_ms> 1`
+/// with the same options (validation, write, reply, events, replication),
+/// but counted in `echomq_scheduled`, not as a retry, and never as a failure
+/// of an adaptive release limit. `delay_ms` is `0..=10000000000000`.
+// Kept out of line so profiles name each command (scripts/profile.sh).
+#[inline(never)]
+pub fn echo_schedule(ctx: &Context, args: &[Arg]) -> RedisResult {
+    let [_, schedule, job, delay_ms, options @ ..] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let mut buffer: [&[u8]; MAX_OPTION_WORDS] = [&[]; MAX_OPTION_WORDS];
+    let Some(words) = buffer.get_mut(..options.len()) else {
+        return Err(ArgError::Syntax.into());
+    };
+    for (word, option) in words.iter_mut().zip(options) {
+        *word = option.as_slice();
+    }
+    let (delay_ms, options) = parse::parse_schedule_request(delay_ms.as_slice(), words)?;
+    let schedule_key = Key::open_write(ctx, schedule);
+    schedule_key.require(Kind::SortedSet)?;
+    let reply = schedule_after(&schedule_key, job, options, || delay_ms)?;
+    stats::scheduled();
+    Ok(RedisValue::Integer(reply))
+}
+
+/// The write ECHO.RETRY and ECHO.SCHEDULE share: `job` at `now_ms +
+/// delay_ms()` under the options' condition. The reply: the fire time in the
+/// schedule after the call, or `NOT_SCHEDULED`. The delay is drawn only
+/// when something may be written.
+fn schedule_after(
+    schedule_key: &Key,
+    job: &Arg,
+    options: RetryOptions,
+    delay_ms: impl FnOnce() -> u64,
+) -> Result<i64, RedisError> {
     let RetryOptions {
         presence, compare, ..
-    } = request.options;
+    } = options;
     // XX on a missing key: a low-level add would create the key and delete
     // it again; nothing to do, and nothing must be seen.
     if presence == Presence::Existing && schedule_key.kind() == Kind::Missing {
-        stats::retried(request.delay.policy.is_jittered());
-        return Ok(RedisValue::Integer(NOT_SCHEDULED));
+        return Ok(NOT_SCHEDULED);
     }
-    let delay_ms = request
-        .delay
-        .policy
-        .delay_ms_with_rng(request.delay.attempts, &mut rand::rng());
     // delay_ms <= 10^13 and now is a Unix time, so this never saturates and
     // stays far below 2^53: the f64 score is the exact integer.
-    let fire_at_ms = clock::now_ms().saturating_add(i64::try_from(delay_ms).unwrap_or(i64::MAX));
-    let reply = match schedule_key.zadd(fire_at_ms, job, zadd_if(presence, compare))? {
-        Zadd::Added | Zadd::Updated => fire_at_ms,
-        // Kept by a condition, re-added at its own score, or kept out by XX.
-        Zadd::Unchanged => schedule_key
-            .zscore(job)
-            .map_or(NOT_SCHEDULED, kept_score_ms),
-    };
-    stats::retried(request.delay.policy.is_jittered());
-    Ok(RedisValue::Integer(reply))
+    let fire_at_ms = clock::now_ms().saturating_add(i64::try_from(delay_ms()).unwrap_or(i64::MAX));
+    Ok(
+        match schedule_key.zadd(fire_at_ms, job, zadd_if(presence, compare))? {
+            Zadd::Added | Zadd::Updated => fire_at_ms,
+            // Kept by a condition, re-added at its own score, or kept out by XX.
+            Zadd::Unchanged => schedule_key
+                .zscore(job)
+                .map_or(NOT_SCHEDULED, kept_score_ms),
+        },
+    )
 }
 
 /// ZADD's flags for the options. The parser has refused NX with GT or LT.

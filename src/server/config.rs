@@ -15,7 +15,7 @@ use redis_module::Context;
 /// (the old value is then kept).
 pub trait StringConfig: 'static {
     fn get() -> Vec<u8>;
-    fn set(value: &[u8]) -> Result<(), &'static str>;
+    fn set(value: &[u8]) -> Result<(), String>;
 }
 
 /// An integer config; the server checks the declared range before `set`.
@@ -46,6 +46,23 @@ impl Drop for Owned {
 
 /// The string each string config last handed out.
 static HANDED_OUT: Mutex<Vec<(TypeId, Owned)>> = Mutex::new(Vec::new());
+
+/// The last value a string config refused: its name, the value, and why.
+pub struct Refusal {
+    pub name: String,
+    pub value: Vec<u8>,
+    pub why: String,
+}
+
+static LAST_REFUSAL: Mutex<Option<Refusal>> = Mutex::new(None);
+
+/// The last refusal since load: what `load` failing was about.
+pub fn take_last_refusal() -> Option<Refusal> {
+    LAST_REFUSAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+}
 
 fn checked(status: c_int, name: &CStr) -> Result<(), String> {
     if status == raw::REDISMODULE_OK as c_int {
@@ -113,6 +130,10 @@ pub fn register_numeric<C: NumericConfig, A: ApplyConfigs>(
 /// Loads the registered configs' values (valkey.conf, `MODULE LOADEX ...
 /// CONFIG`); fails when a `set` refused one, and the load must then fail.
 pub fn load(ctx: &Context) -> bool {
+    LAST_REFUSAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
     // SAFETY: checked at load; a live context.
     unsafe { api!(RedisModule_LoadConfigs)(ctx.ctx) == raw::REDISMODULE_OK as c_int }
 }
@@ -147,7 +168,7 @@ extern "C" fn get_string<C: StringConfig>(
 }
 
 extern "C" fn set_string<C: StringConfig>(
-    _name: *const c_char,
+    name: *const c_char,
     value: *mut RedisModuleString,
     _privdata: *mut c_void,
     err: *mut *mut RedisModuleString,
@@ -164,7 +185,23 @@ extern "C" fn set_string<C: StringConfig>(
     };
     match C::set(bytes) {
         Ok(()) => raw::REDISMODULE_OK as c_int,
-        Err(why) => refuse(err, why),
+        Err(why) => {
+            let name = if name.is_null() {
+                String::new()
+            } else {
+                // SAFETY: the server passes the config's name, a C string.
+                unsafe { CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            let status = refuse(err, &why);
+            *LAST_REFUSAL.lock().unwrap_or_else(PoisonError::into_inner) = Some(Refusal {
+                name,
+                value: bytes.to_vec(),
+                why,
+            });
+            status
+        }
     }
 }
 

@@ -52,7 +52,12 @@ macro_rules! for_each_api {
             RedisModule_CreateCommand,
             RedisModule_GetCommand,
             RedisModule_SetCommandInfo,
-            RedisModule_SetModuleOptions
+            RedisModule_SetModuleOptions,
+            RedisModule_ReplyWithMap,
+            RedisModule_ReplyWithStringBuffer,
+            RedisModule_ReplyWithLongLong,
+            RedisModule_ReplyWithDouble,
+            RedisModule_ReplyWithNull
         )
     };
 }
@@ -78,6 +83,7 @@ pub mod info;
 pub mod keys;
 pub mod log;
 pub mod register;
+pub mod reply;
 pub mod timer;
 
 /// The first server function the module calls that this server does not

@@ -1,0 +1,63 @@
+//! `ECHO.LIMITS schedule`
+//!
+//! The release state of `schedule`, fields in this order: `rate` (the
+//! configured rate, or ceiling, per second), `rate-in-force` (per second),
+//! `burst`, `adaptive` (0/1), `available` (how many members the limit lets
+//! leave now, due or not), `held-until-ms` (0 when not held), `released`
+//! and `failures` (since the entry was set). For a schedule not listed in
+//! `echomq.release-limits` every field but `held-until-ms` is nil: the module
+//! keeps no state for it beyond a hold.
+//!
+//! Reply: a map (RESP3) or a flat field/value array (RESP2).
+//! Replication: none; read-only.
+
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
+
+use crate::release;
+use crate::server::clock;
+use crate::server::keys::Arg;
+use crate::server::reply::{self, Field};
+
+pub fn echo_limits(ctx: &Context, args: &[Arg]) -> RedisResult {
+    let [_, schedule] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let snapshot = release::snapshot(schedule.as_slice(), clock::now_ms());
+    let count = |n: u64| Field::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+    let limit = snapshot.limit.as_ref();
+    reply::map(
+        ctx,
+        &[
+            (
+                c"rate",
+                limit.map_or(Field::Null, |l| Field::Double(l.rate_per_second)),
+            ),
+            (
+                c"rate-in-force",
+                limit.map_or(Field::Null, |l| Field::Double(l.in_force_per_second)),
+            ),
+            (c"burst", limit.map_or(Field::Null, |l| count(l.burst))),
+            (
+                c"adaptive",
+                limit.map_or(Field::Null, |l| Field::Integer(i64::from(l.adaptive))),
+            ),
+            (
+                c"available",
+                limit.map_or(Field::Null, |l| count(l.available)),
+            ),
+            (
+                c"held-until-ms",
+                Field::Integer(snapshot.held_until_ms.unwrap_or(0)),
+            ),
+            (
+                c"released",
+                limit.map_or(Field::Null, |l| count(l.released)),
+            ),
+            (
+                c"failures",
+                limit.map_or(Field::Null, |l| count(l.failures)),
+            ),
+        ],
+    );
+    Ok(RedisValue::NoReply)
+}

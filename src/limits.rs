@@ -1,0 +1,536 @@
+//! Release limits: how many due members may leave a schedule now. Pure, no
+//! server types; the clock comes in as `now_ms`, so tests pin every rule.
+//!
+//! A fixed limit is the generic cell rate algorithm (GCRA): one theoretical
+//! arrival time (TAT) per schedule; a release of `k` members at `t` is
+//! allowed while `max(TAT, t) + k*T <= t + burst*T`, with `T` the emission
+//! interval, and moves TAT to `max(TAT, t) + k*T`. Over any interval of `D`
+//! ms at most `burst + floor(D * rate)` members leave.
+//!
+//! Exact integer arithmetic: a rate of `n` per `period_ms` has `T =
+//! period_ms / n` ms, which is rarely an integer, so time is counted in ticks
+//! of `1 / rate_scaled` ms, where `T` is `period_ms * SCALE` ticks exactly.
+//! An adaptive limit changes the rate in force; TAT is then converted to the
+//! new ticks, rounded up (the conversion never grants a release).
+//!
+//! An adaptive limit (AIMD) starts at its ceiling; every window it halves
+//! when the failures exceed a share of the releases, and otherwise rises by
+//! 2 % of the ceiling if the window released anything or left members held;
+//! never above the ceiling, never below 1 % of it.
+
+use std::collections::BTreeMap;
+
+/// Rates are kept in units of `1 / SCALE` member per period, so halving and
+/// the 1 % floor stay exact down to a ceiling of one member an hour.
+pub const SCALE: u128 = 10_000;
+/// The largest `n` of a rate `<n>/s` and the largest burst.
+pub const MAX_RATE: u64 = 1_000_000;
+pub const MAX_BURST: u64 = 1_000_000;
+/// The longest `ECHO.HOLD`: a day.
+pub const MAX_HOLD_MS: u64 = 86_400_000;
+
+/// A configured rate: `n` members per `period_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub n: u64,
+    pub period_ms: u64,
+    /// `adaptive:<rate>`: `n / period` is the ceiling.
+    pub adaptive: bool,
+}
+
+impl Rate {
+    /// Members per second, for display.
+    pub fn per_second(self) -> f64 {
+        self.n as f64 * 1000.0 / self.period_ms as f64
+    }
+}
+
+/// One `schedule rate burst` entry of `echomq.release-limits`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitSpec {
+    pub schedule: Vec<u8>,
+    pub rate: Rate,
+    pub burst: u64,
+}
+
+/// The adaptive rule's settings (`echomq.adaptive-*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Adaptive {
+    pub window_ms: u64,
+    pub failure_percent: u64,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        Adaptive {
+            window_ms: 200,
+            failure_percent: 10,
+        }
+    }
+}
+
+/// What one window saw, for the adaptive rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    pub failures: u64,
+    pub releases: u64,
+    /// A release left due members in the schedule because of the limit.
+    pub held: bool,
+}
+
+/// The AIMD update: the rate in force after a window, both rates scaled by
+/// `SCALE`, and whether it was a decrease.
+pub fn adapt(in_force: u128, ceiling: u128, window: Window, failure_percent: u64) -> (u128, bool) {
+    let floor = (ceiling / 100).max(1);
+    let failing = u128::from(window.failures) * 100
+        > u128::from(failure_percent) * u128::from(window.releases);
+    if failing {
+        ((in_force / 2).max(floor), true)
+    } else if window.releases > 0 || window.held {
+        ((in_force + ceiling * 2 / 100).min(ceiling), false)
+    } else {
+        (in_force, false)
+    }
+}
+
+/// The state of one limited schedule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    spec: LimitSpec,
+    /// The rate in force, in members per period times SCALE.
+    in_force: u128,
+    /// The theoretical arrival time, in ticks of `1 / in_force` ms (so that
+    /// `T = period_ms * SCALE` ticks).
+    tat: u128,
+    window_start_ms: i64,
+    window: Window,
+    /// Since the entry was set.
+    released: u64,
+    failures: u64,
+}
+
+impl Limit {
+    pub fn new(spec: LimitSpec, now_ms: i64) -> Limit {
+        let in_force = u128::from(spec.rate.n) * SCALE;
+        Limit {
+            spec,
+            in_force,
+            tat: 0,
+            window_start_ms: now_ms,
+            window: Window::default(),
+            released: 0,
+            failures: 0,
+        }
+    }
+
+    pub fn spec(&self) -> &LimitSpec {
+        &self.spec
+    }
+
+    /// Takes a changed spec at `now_ms`: the state goes on, so the bucket
+    /// keeps its level (no fresh burst), and the new rate spaces releases
+    /// from the next one on.
+    pub fn respec(&mut self, spec: LimitSpec, now_ms: i64) {
+        let ceiling = u128::from(spec.rate.n) * SCALE;
+        let in_force = if spec.rate.adaptive && self.spec.rate.adaptive {
+            self.in_force.min(ceiling)
+        } else {
+            ceiling
+        };
+        self.rescale(in_force, spec.rate.period_ms, now_ms);
+        self.spec = spec;
+    }
+
+    fn interval_ticks(&self) -> u128 {
+        u128::from(self.spec.rate.period_ms) * SCALE
+    }
+
+    /// A tick is `1 / in_force` ms, so `T = period_ms / (in_force / SCALE)`
+    /// ms is `period_ms * SCALE` ticks.
+    fn now_ticks(&self, now_ms: i64) -> u128 {
+        // Before 1970 counts as 0: a server clock is a Unix time.
+        u128::try_from(now_ms).unwrap_or(0) * self.in_force
+    }
+
+    /// Moves to a new rate in force (and period) at `now_ms`, keeping the
+    /// bucket's level: TAT stays as many emission intervals ahead of now as
+    /// it was, counted in the new interval (rounded up, so the change never
+    /// grants a release).
+    fn rescale(&mut self, in_force: u128, period_ms: u64, now_ms: i64) {
+        let ahead = self.tat.saturating_sub(self.now_ticks(now_ms));
+        let ahead = (ahead * u128::from(period_ms)).div_ceil(u128::from(self.spec.rate.period_ms));
+        self.in_force = in_force;
+        self.tat = self.now_ticks(now_ms) + ahead;
+    }
+
+    /// How many members may leave at `now_ms` (at most the burst).
+    pub fn available(&self, now_ms: i64) -> u64 {
+        let t = self.interval_ticks();
+        let now = self.now_ticks(now_ms);
+        let base = self.tat.max(now);
+        let room = (now + u128::from(self.spec.burst) * t).saturating_sub(base);
+        u64::try_from(room / t)
+            .unwrap_or(u64::MAX)
+            .min(self.spec.burst)
+    }
+
+    /// Records `count` members released at `now_ms`; `held` when due
+    /// members stayed because of the limit.
+    pub fn release(&mut self, now_ms: i64, count: u64, held: bool, adaptive: Adaptive) -> bool {
+        let decreased = self.roll(now_ms, adaptive);
+        let now = self.now_ticks(now_ms);
+        self.tat = self.tat.max(now) + u128::from(count) * self.interval_ticks();
+        self.released = self.released.saturating_add(count);
+        self.window.releases = self.window.releases.saturating_add(count);
+        self.window.held |= held;
+        decreased
+    }
+
+    /// Records a failure (an ECHO.RETRY naming the schedule) at `now_ms`.
+    pub fn fail(&mut self, now_ms: i64, adaptive: Adaptive) -> bool {
+        let decreased = self.roll(now_ms, adaptive);
+        self.failures = self.failures.saturating_add(1);
+        self.window.failures = self.window.failures.saturating_add(1);
+        decreased
+    }
+
+    /// Closes the window if it is over, applying the adaptive rule: whether
+    /// the rate in force decreased.
+    pub fn roll(&mut self, now_ms: i64, adaptive: Adaptive) -> bool {
+        let window_ms = i64::try_from(adaptive.window_ms).unwrap_or(i64::MAX);
+        if now_ms.saturating_sub(self.window_start_ms) < window_ms {
+            return false;
+        }
+        let window = std::mem::take(&mut self.window);
+        self.window_start_ms = now_ms;
+        if !self.spec.rate.adaptive {
+            return false;
+        }
+        let ceiling = u128::from(self.spec.rate.n) * SCALE;
+        let (in_force, decreased) = adapt(self.in_force, ceiling, window, adaptive.failure_percent);
+        self.rescale(in_force, self.spec.rate.period_ms, now_ms);
+        decreased
+    }
+
+    /// The rate in force, in members per second.
+    pub fn in_force_per_second(&self) -> f64 {
+        self.in_force as f64 / SCALE as f64 * 1000.0 / self.spec.rate.period_ms as f64
+    }
+
+    pub fn released(&self) -> u64 {
+        self.released
+    }
+
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+}
+
+/// Every limited schedule, and every hold. B-trees: their `new` is const,
+/// so the table can start a static, and the table is as small as the config.
+#[derive(Debug, Default)]
+pub struct Limits {
+    limits: BTreeMap<Vec<u8>, Limit>,
+    /// `ECHO.HOLD`: the schedule releases nothing before this server time.
+    holds: BTreeMap<Vec<u8>, i64>,
+}
+
+impl Limits {
+    pub const fn new() -> Limits {
+        Limits {
+            limits: BTreeMap::new(),
+            holds: BTreeMap::new(),
+        }
+    }
+
+    /// Takes a new list of entries: an unchanged entry keeps its state, a
+    /// changed one its arrival time, a removed one is dropped.
+    pub fn configure(&mut self, specs: Vec<LimitSpec>, now_ms: i64) {
+        let mut old = std::mem::take(&mut self.limits);
+        for spec in specs {
+            let limit = match old.remove(&spec.schedule) {
+                Some(limit) if limit.spec == spec => limit,
+                Some(mut limit) => {
+                    limit.respec(spec.clone(), now_ms);
+                    limit
+                }
+                None => Limit::new(spec.clone(), now_ms),
+            };
+            self.limits.insert(spec.schedule, limit);
+        }
+    }
+
+    /// Drops every state (a module load starts afresh).
+    pub fn clear(&mut self) {
+        self.limits.clear();
+        self.holds.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.limits.is_empty() && self.holds.is_empty()
+    }
+
+    pub fn get_mut(&mut self, schedule: &[u8]) -> Option<&mut Limit> {
+        self.limits.get_mut(schedule)
+    }
+
+    /// Until when `schedule` is held, if it is at `now_ms`.
+    pub fn held_until(&self, schedule: &[u8], now_ms: i64) -> Option<i64> {
+        self.holds
+            .get(schedule)
+            .copied()
+            .filter(|&until| until > now_ms)
+    }
+
+    /// `ECHO.HOLD schedule ms`: the hold in force after it, 0 for none.
+    pub fn hold(&mut self, schedule: &[u8], ms: u64, now_ms: i64) -> i64 {
+        self.holds.retain(|_, &mut until| until > now_ms);
+        if ms == 0 {
+            self.holds.remove(schedule);
+            return 0;
+        }
+        let until = now_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+        let slot = self.holds.entry(schedule.to_vec()).or_insert(until);
+        *slot = (*slot).max(until);
+        *slot
+    }
+
+    /// How many members may leave `schedule` at `now_ms`: `None` when it is
+    /// neither limited nor held.
+    pub fn allowance(&self, schedule: &[u8], now_ms: i64) -> Option<u64> {
+        if self.held_until(schedule, now_ms).is_some() {
+            return Some(0);
+        }
+        self.limits.get(schedule).map(|l| l.available(now_ms))
+    }
+
+    /// Records a release from `schedule`: whether the adaptive rule decreased.
+    pub fn released(
+        &mut self,
+        schedule: &[u8],
+        now_ms: i64,
+        count: u64,
+        held: bool,
+        adaptive: Adaptive,
+    ) -> bool {
+        self.limits
+            .get_mut(schedule)
+            .is_some_and(|l| l.release(now_ms, count, held, adaptive))
+    }
+
+    /// Records a failure of a job of `schedule`: whether the adaptive rule decreased.
+    pub fn failed(&mut self, schedule: &[u8], now_ms: i64, adaptive: Adaptive) -> bool {
+        self.limits
+            .get_mut(schedule)
+            .is_some_and(|l| l.fail(now_ms, adaptive))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(n: u64, period_ms: u64, burst: u64, adaptive: bool) -> LimitSpec {
+        LimitSpec {
+            schedule: b"s".to_vec(),
+            rate: Rate {
+                n,
+                period_ms,
+                adaptive,
+            },
+            burst,
+        }
+    }
+
+    /// Asks for `want` every `step_ms` from `start` to `end`, releasing what
+    /// is allowed: the (time, count) of each release.
+    fn drive(limit: &mut Limit, start: i64, end: i64, step_ms: i64, want: u64) -> Vec<(i64, u64)> {
+        let mut out = Vec::new();
+        let mut t = start;
+        while t <= end {
+            let k = limit.available(t).min(want);
+            limit.release(t, k, k < want, Adaptive::default());
+            if k > 0 {
+                out.push((t, k));
+            }
+            t += step_ms;
+        }
+        out
+    }
+
+    #[test]
+    fn a_fresh_limit_allows_its_burst_then_its_rate() {
+        let t0 = 1_800_000_000_000;
+        let mut limit = Limit::new(spec(100, 1000, 10, false), t0);
+        assert_eq!(limit.available(t0), 10);
+        limit.release(t0, 10, true, Adaptive::default());
+        assert_eq!(limit.available(t0), 0);
+        assert_eq!(limit.available(t0 + 9), 0);
+        assert_eq!(limit.available(t0 + 10), 1);
+        assert_eq!(limit.available(t0 + 95), 9);
+        assert_eq!(limit.available(t0 + 100_000), 10, "at most the burst");
+    }
+
+    #[test]
+    fn every_window_releases_at_most_burst_plus_rate_times_length() {
+        let t0 = 1_800_000_000_000;
+        for (n, period_ms, burst, step_ms) in [
+            (100, 1000, 10, 1),
+            (100, 1000, 10, 7),
+            (3, 1000, 1, 1),
+            (7, 60_000, 3, 500),
+            (1_000_000, 1000, 1000, 1),
+        ] {
+            let mut limit = Limit::new(spec(n, period_ms, burst, false), t0);
+            let end = t0 + 10_000;
+            let releases = drive(&mut limit, t0, end, step_ms, u64::MAX);
+            // Every window [a, b] of release instants.
+            for (i, &(a, _)) in releases.iter().enumerate() {
+                let mut sum = 0u128;
+                for &(b, k) in &releases[i..] {
+                    sum += u128::from(k);
+                    let length = u128::try_from(b - a).unwrap();
+                    let bound = u128::from(burst) + length * u128::from(n) / u128::from(period_ms);
+                    assert!(
+                        sum <= bound,
+                        "{n}/{period_ms} burst {burst}: {sum} in [{a}, {b}]"
+                    );
+                }
+            }
+            let total: u64 = releases.iter().map(|r| r.1).sum();
+            let ideal = burst + 10_000 * n / period_ms;
+            assert!(
+                total.abs_diff(ideal) <= 1,
+                "{n}/{period_ms}: {total} vs {ideal}"
+            );
+        }
+    }
+
+    #[test]
+    fn three_a_second_for_ten_minutes_does_not_drift() {
+        let t0 = 1_800_000_000_000;
+        // Asked every 1 ms or every 10 ms (a tick), releases land on the
+        // exact multiples of 333.33 ms: the arrival time stays ahead of the
+        // clock, so a late ask loses nothing.
+        for step_ms in [1, 8, 10] {
+            let mut limit = Limit::new(spec(3, 1000, 2, false), t0);
+            let releases = drive(&mut limit, t0, t0 + 600_000, step_ms, u64::MAX);
+            let total: u64 = releases.iter().map(|r| r.1).sum();
+            assert_eq!(total, 2 + 1800, "asked every {step_ms} ms");
+        }
+        // A burst of 1 leaves no room for lateness: each release served
+        // after its instant (here up to 9 ms late) starts the next interval
+        // from the clock, as in any GCRA or token bucket.
+        let mut limit = Limit::new(spec(3, 1000, 1, false), t0);
+        let releases = drive(&mut limit, t0, t0 + 600_000, 10, u64::MAX);
+        let total: u64 = releases.iter().map(|r| r.1).sum();
+        assert!((1750..=1801).contains(&total), "{total}");
+    }
+
+    #[test]
+    fn a_changed_rate_keeps_the_arrival_time_and_applies_from_the_next_release() {
+        let t0 = 1_800_000_000_000;
+        let mut limits = Limits::default();
+        limits.configure(vec![spec(10, 1000, 5, false)], t0);
+        let k = limits.allowance(b"s", t0).unwrap();
+        assert_eq!(k, 5);
+        limits.released(b"s", t0, k, true, Adaptive::default());
+        // The same words again: no fresh burst.
+        limits.configure(vec![spec(10, 1000, 5, false)], t0);
+        assert_eq!(limits.allowance(b"s", t0), Some(0));
+        // 100/s: T is now 10 ms; the bucket is still empty (5 intervals
+        // ahead), so the first release comes one new interval later.
+        limits.configure(vec![spec(100, 1000, 5, false)], t0);
+        assert_eq!(limits.allowance(b"s", t0), Some(0));
+        assert_eq!(limits.allowance(b"s", t0 + 9), Some(0));
+        assert_eq!(limits.allowance(b"s", t0 + 10), Some(1));
+        assert_eq!(limits.allowance(b"s", t0 + 50), Some(5));
+        // A period change keeps the level too: 5 intervals of 1/m ahead.
+        limits.released(b"s", t0 + 50, 5, true, Adaptive::default());
+        limits.configure(vec![spec(1, 60_000, 5, false)], t0 + 50);
+        assert_eq!(limits.allowance(b"s", t0 + 50 + 59_999), Some(0));
+        assert_eq!(limits.allowance(b"s", t0 + 50 + 60_000), Some(1));
+        // Removed: no limit at all.
+        limits.configure(vec![], t0);
+        assert_eq!(limits.allowance(b"s", t0), None);
+    }
+
+    #[test]
+    fn holds_stop_releases_until_they_end_and_only_grow() {
+        let t0 = 1_000;
+        let mut limits = Limits::default();
+        assert_eq!(limits.allowance(b"x", t0), None);
+        assert_eq!(limits.hold(b"x", 500, t0), 1500);
+        assert_eq!(limits.hold(b"x", 100, t0), 1500, "a longer hold is kept");
+        assert_eq!(limits.allowance(b"x", 1499), Some(0));
+        assert_eq!(limits.allowance(b"x", 1500), None);
+        assert_eq!(
+            limits.hold(b"x", 100, 1600),
+            1700,
+            "an ended hold is replaced"
+        );
+        assert_eq!(limits.hold(b"x", 0, 1600), 0);
+        assert_eq!(limits.allowance(b"x", 1600), None);
+    }
+
+    #[test]
+    fn the_adaptive_rule() {
+        let c = 4000 * SCALE;
+        let w = |failures, releases, held| Window {
+            failures,
+            releases,
+            held,
+        };
+        for (in_force, window, pct, want) in [
+            // More than 10 % failed: halve.
+            (c, w(11, 100, false), 10, (c / 2, true)),
+            // Exactly 10 %: not more; released, so rise (capped at the ceiling).
+            (c, w(10, 100, false), 10, (c, false)),
+            (c / 2, w(10, 100, false), 10, (c / 2 + c / 50, false)),
+            // Failures with no releases at all: halve.
+            (c / 2, w(1, 0, false), 10, (c / 4, true)),
+            // Nothing released but members held: rise.
+            (c / 4, w(0, 0, true), 10, (c / 4 + c / 50, false)),
+            // A quiet window: unchanged.
+            (c / 4, w(0, 0, false), 10, (c / 4, false)),
+            // Never below 1 % of the ceiling.
+            (c / 100 + 1, w(5, 5, false), 10, (c / 100, true)),
+            (c / 100, w(5, 5, false), 10, (c / 100, true)),
+            // A threshold of 50 %.
+            (c, w(50, 100, false), 50, (c, false)),
+            (c, w(51, 100, false), 50, (c / 2, true)),
+        ] {
+            assert_eq!(
+                adapt(in_force, c, window, pct),
+                want,
+                "{in_force} {window:?} {pct}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_adaptive_limit_falls_when_failing_and_climbs_back() {
+        let t0 = 1_800_000_000_000;
+        let adaptive = Adaptive::default();
+        let mut limit = Limit::new(spec(4000, 1000, 100, true), t0);
+        assert_eq!(limit.in_force_per_second(), 4000.0);
+        let mut t = t0;
+        // Failing windows: halves each window.
+        for _ in 0..5 {
+            limit.release(t, 10, true, adaptive);
+            for _ in 0..5 {
+                limit.fail(t, adaptive);
+            }
+            t += 200;
+        }
+        limit.roll(t, adaptive);
+        assert_eq!(limit.in_force_per_second(), 125.0);
+        // Healthy windows with releases: +80/s each, up to the ceiling.
+        for _ in 0..100 {
+            limit.release(t, 10, true, adaptive);
+            t += 200;
+        }
+        limit.roll(t, adaptive);
+        assert_eq!(limit.in_force_per_second(), 4000.0);
+    }
+}
