@@ -9,12 +9,12 @@ mod node;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use common::python::python;
 use common::*;
 
 const FAIL_FIRST: u64 = 2;
@@ -22,49 +22,6 @@ const FAIL_FIRST: u64 = 2;
 /// is their last, and the server moves them to the dead set.
 const MAX_ATTEMPTS: u64 = 2;
 const POLICY: &str = "jitter:exponential:50:2000";
-
-/// A python3 that can import `valkey` (or `redis`): the system one, else a
-/// venv under target/ with `valkey` installed into it. Err says why not, and
-/// the Python tests then pass after saying they were skipped.
-fn python() -> Result<&'static Path, &'static str> {
-    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PYTHON
-        .get_or_init(find_python)
-        .as_ref()
-        .map(PathBuf::as_path)
-        .map_err(String::as_str)
-}
-
-fn imports_client(python: &Path) -> bool {
-    Command::new(python)
-        .args([
-            "-c",
-            "import importlib.util, sys; \
-             sys.exit(0 if importlib.util.find_spec('valkey') or importlib.util.find_spec('redis') else 1)",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn find_python() -> Result<PathBuf, String> {
-    // ECHOMQ_PYTHON names another interpreter (its venv goes to target/ too).
-    let system = PathBuf::from(std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "python3".into()));
-    match Command::new(&system).arg("--version").output() {
-        Ok(out) if out.status.success() => {}
-        Ok(_) | Err(_) => return Err(format!("{} is not installed", system.display())),
-    }
-    if imports_client(&system) {
-        return Ok(system);
-    }
-    python_venv(
-        &system,
-        &target_dir().join("pyenv"),
-        "valkey",
-        imports_client,
-    )
-}
 
 /// Says so on the real stderr: libtest captures only the print macros.
 fn announce(msg: &str) {
