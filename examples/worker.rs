@@ -353,12 +353,6 @@ fn trouble(e: &redis::RedisError) -> Trouble {
     Trouble::Fatal
 }
 
-/// Whether an error leaves it unknown if the command ran (the connection
-/// went away after it was sent), as opposed to a refusal by the server.
-fn ambiguous(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_timeout()
-}
-
 /// `url` with its `host:port` replaced by `addr` (scheme, credentials and
 /// database kept).
 fn url_with_addr(url: &str, addr: &str) -> String {
@@ -415,20 +409,19 @@ impl Link {
     }
 
     /// Runs `op`, retrying it through a failover. `op` receives how many
-    /// times it failed already and whether the last failure left unknown if
-    /// it ran.
+    /// times it failed already: after a lost connection it may have run.
     fn call<T>(
         &mut self,
-        mut op: impl FnMut(&mut redis::Connection, u32, bool) -> redis::RedisResult<T>,
+        mut op: impl FnMut(&mut redis::Connection, u32) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let mut outage: Option<Instant> = None;
         let mut backoff = BACKOFF_FIRST;
-        let (mut tries, mut unknown) = (0, false);
+        let mut tries = 0;
         loop {
             let result = match self.con.as_mut() {
-                Some(con) => op(con, tries, unknown),
+                Some(con) => op(con, tries),
                 None => match Link::open(&self.current) {
-                    Ok(con) => op(self.con.insert(con), tries, unknown),
+                    Ok(con) => op(self.con.insert(con), tries),
                     Err(e) => Err(e),
                 },
             };
@@ -457,7 +450,6 @@ impl Link {
             if tries == 0 {
                 eprintln!("worker {}: {e} (on {}): retrying", self.who, self.current);
             }
-            unknown = unknown || ambiguous(&e);
             self.con = None;
             tries += 1;
             match what {
@@ -515,14 +507,14 @@ fn consume_list(cfg: &Config, keys: &Keys, shared: &Shared, who: &str) -> Result
     let mut link = Link::new(cfg, who);
     while !shared.stop.load(Ordering::Relaxed) {
         // The pop blocks in the server; the timeout lets the loop see `stop`.
-        let popped: Option<(String, String)> = link.call(|con, _, _| {
+        let popped: Option<(String, String)> = link.call(|con, _| {
             redis::cmd("BRPOP")
                 .arg(&keys.pending)
                 .arg(BLOCK_MS as f64 / 1000.0)
                 .query(con)
         })?;
         let Some((_, job)) = popped else { continue };
-        let attempt: u64 = link.call(|con, _, _| {
+        let attempt: u64 = link.call(|con, _| {
             redis::cmd("HINCRBY")
                 .arg(&keys.attempts)
                 .arg(&job)
@@ -532,11 +524,11 @@ fn consume_list(cfg: &Config, keys: &Keys, shared: &Shared, who: &str) -> Result
         match work(cfg, &job, attempt) {
             Outcome::Failed => {
                 let fire_at_ms: i64 =
-                    link.call(|con, _, _| retry_cmd(cfg, keys, &job, attempt).query(con))?;
+                    link.call(|con, _| retry_cmd(cfg, keys, &job, attempt).query(con))?;
                 count_retry(shared, fire_at_ms);
             }
             Outcome::Done => {
-                let _: () = link.call(|con, _, _| {
+                let _: () = link.call(|con, _| {
                     redis::pipe()
                         .atomic()
                         .cmd("SADD")
@@ -612,7 +604,7 @@ impl StreamConsumer<'_> {
             // A read whose reply a failover lost leaves its entry delivered
             // to this consumer: the lease brings it back (take_over).
             let (cfg, keys, consumer) = (self.cfg, self.keys, &self.consumer);
-            let read: Value = self.link.call(|con, _, _| {
+            let read: Value = self.link.call(|con, _| {
                 redis::cmd("XREADGROUP")
                     .arg("GROUP")
                     .arg(&cfg.group)
@@ -649,7 +641,7 @@ impl StreamConsumer<'_> {
         let mut cursor = "0-0".to_string();
         loop {
             let (cfg, keys, consumer) = (self.cfg, self.keys, &self.consumer);
-            let reply: Value = self.link.call(|con, _, _| {
+            let reply: Value = self.link.call(|con, _| {
                 redis::cmd("XAUTOCLAIM")
                     .arg(&keys.pending)
                     .arg(&cfg.group)
@@ -679,7 +671,7 @@ impl StreamConsumer<'_> {
         let (cfg, keys, consumer) = (self.cfg, self.keys, self.consumer.clone());
         let Some(job) = job else {
             // Its data is gone: nothing to run, only to acknowledge.
-            let _: () = self.link.call(|con, _, _| {
+            let _: () = self.link.call(|con, _| {
                 redis::cmd("XACK")
                     .arg(&keys.pending)
                     .arg(&cfg.group)
@@ -688,7 +680,7 @@ impl StreamConsumer<'_> {
             })?;
             return Ok(());
         };
-        let attempt: u64 = self.link.call(|con, _, _| {
+        let attempt: u64 = self.link.call(|con, _| {
             redis::cmd("HINCRBY")
                 .arg(&keys.attempts)
                 .arg(&job)
@@ -728,7 +720,7 @@ impl StreamConsumer<'_> {
         // went away with it), the step is written only while the entry is
         // still this consumer's: acknowledged means the step went through
         // before the reply was lost; another owner took it over and settles it.
-        let written: Option<Value> = self.link.call(|con, tries, _| {
+        let written: Option<Value> = self.link.call(|con, tries| {
             if tries > 0 && pending_owner(con, cfg, keys, id)?.as_deref() != Some(&consumer) {
                 return Ok(None);
             }
@@ -756,9 +748,8 @@ impl StreamConsumer<'_> {
     /// How many times the group has delivered entry `id` (XPENDING), and to whom.
     fn deliveries(&mut self, id: &str) -> Result<(u64, Option<String>)> {
         let (cfg, keys) = (self.cfg, self.keys);
-        let reply: Vec<(String, String, u64, u64)> = self
-            .link
-            .call(|con, _, _| pending_entry(con, cfg, keys, id))?;
+        let reply: Vec<(String, String, u64, u64)> =
+            self.link.call(|con, _| pending_entry(con, cfg, keys, id))?;
         Ok(reply
             .first()
             .map_or((0, None), |entry| (entry.3, Some(entry.1.clone()))))
@@ -800,7 +791,7 @@ fn promote(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
     const LIMIT: i64 = 1000;
     let mut link = Link::new(cfg, &format!("{}-promoter", cfg.name));
     while !shared.stop.load(Ordering::Relaxed) {
-        let moved: i64 = link.call(|con, _, _| {
+        let moved: i64 = link.call(|con, _| {
             redis::cmd("ECHO.PROMOTE")
                 .arg(&keys.schedule)
                 .arg(&keys.pending)
@@ -811,7 +802,7 @@ fn promote(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
         if moved == LIMIT {
             continue; // more may be due already
         }
-        let (next, (secs, micros)): (Vec<(String, f64)>, (i64, i64)) = link.call(|con, _, _| {
+        let (next, (secs, micros)): (Vec<(String, f64)>, (i64, i64)) = link.call(|con, _| {
             redis::pipe()
                 .cmd("ZRANGE")
                 .arg(&keys.schedule)
@@ -848,7 +839,7 @@ fn main() {
 /// Creates the stream and its group (the protocol's step 1); a group that
 /// exists already is fine. A list where the stream belongs is explained.
 fn create_group(link: &mut Link, cfg: &Config, keys: &Keys) -> Result<()> {
-    let created: Result<()> = link.call(|con, _, _| {
+    let created: Result<()> = link.call(|con, _| {
         let created: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(&keys.pending)
@@ -868,7 +859,7 @@ fn create_group(link: &mut Link, cfg: &Config, keys: &Keys) -> Result<()> {
     if !wrong_type {
         return Err(e);
     }
-    let kind: String = link.call(|con, _, _| redis::cmd("TYPE").arg(&keys.pending).query(con))?;
+    let kind: String = link.call(|con, _| redis::cmd("TYPE").arg(&keys.pending).query(con))?;
     Err(wrong_layout(&keys.pending, &kind).into())
 }
 
@@ -889,7 +880,7 @@ fn run() -> Result<bool> {
     let keys = Keys::new(&cfg.queue);
     let mut link = Link::new(&cfg, &cfg.name);
     if cfg.fresh {
-        let _: () = link.call(|con, _, _| {
+        let _: () = link.call(|con, _| {
             redis::cmd("DEL")
                 .arg(&keys.pending)
                 .arg(&keys.schedule)
@@ -923,7 +914,7 @@ fn run() -> Result<bool> {
         }
         // All or nothing, so a retry after a refusal cannot seed twice.
         pipe.atomic();
-        let _: () = link.call(|con, _, _| pipe.query(con))?;
+        let _: () = link.call(|con, _| pipe.query(con))?;
     }
 
     let shared = Arc::new(Shared {
@@ -1008,7 +999,7 @@ fn run() -> Result<bool> {
 
 /// How many distinct jobs are done and how many dead, in one round trip.
 fn finished(link: &mut Link, keys: &Keys) -> Result<(u64, u64)> {
-    link.call(|con, _, _| {
+    link.call(|con, _| {
         redis::pipe()
             .cmd("SCARD")
             .arg(&keys.done)
