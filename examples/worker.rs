@@ -22,42 +22,26 @@
 //!
 //! ```text
 //! cargo run --release --example worker -- --url redis://127.0.0.1:6379/ \
-//!     --queue orders --jobs 100 --seed
+//!     --queue orders --jobs 100 --fresh --seed
 //! ```
 //!
-//! Options (each also read from the environment variable in brackets):
-//! - `--url URL` [ECHOMQ_URL], default `redis://127.0.0.1:6379/`
-//! - `--queue NAME` [ECHOMQ_QUEUE], default `jobs`. Keys, hash-tagged so a
-//!   cluster keeps one queue in one slot: `{NAME}:pending` (stream or list),
-//!   `{NAME}:schedule` (sorted set of retries by fire time), `{NAME}:attempts`
-//!   (hash: job -> times taken), `{NAME}:done` (set of completed jobs),
-//!   `{NAME}:done-by` (hash: worker name -> jobs it completed), `{NAME}:dead`
-//!   (sorted set of jobs that failed their last attempt, by time of death).
-//! - `--layout stream|list` [ECHOMQ_LAYOUT], default `stream`.
-//! - `--group NAME` [ECHOMQ_GROUP], default `workers`: the consumer group.
-//! - `--lease-ms MS` [ECHOMQ_LEASE_MS], default 30000: entries idle that long
-//!   are taken over (choose it above the longest job).
-//! - `--max-deliveries K` [ECHOMQ_MAX_DELIVERIES], default 3: an entry taken
-//!   over after K deliveries is failed instead of run.
-//! - `--jobs N` [ECHOMQ_JOBS], default 100: stop once N distinct jobs are
-//!   done or dead.
-//! - `--seed`: first add `job-0` .. `job-(N-1)` to `{NAME}:pending`.
-//! - `--fail-first K` [ECHOMQ_FAIL_FIRST], default 2: `job-<i>` fails its first
-//!   `i % (K + 1)` attempts, then succeeds (other names never fail).
-//! - `--policy P` [ECHOMQ_POLICY], default `jitter:exponential:50:2000`.
-//! - `--max-attempts M` [ECHOMQ_MAX_ATTEMPTS], default 5: a job's M-th failure
-//!   sends it to `{NAME}:dead` instead of scheduling it again.
-//! - `--work-ms MS` [ECHOMQ_WORK_MS], default 0: simulated work per job.
-//! - `--crash-on JOB` [ECHOMQ_CRASH_ON]: the process aborts at once when it
-//!   takes that job (a job that kills its worker, for tests and demos).
-//! - `--consumers C` [ECHOMQ_CONSUMERS], default 4 threads, each its own
-//!   consumer `<name>-<i>` in the group.
-//! - `--deadline-secs S` [ECHOMQ_DEADLINE_SECS], default 60: give up (exit 2).
-//! - `--name NAME` [ECHOMQ_WORKER_NAME], default `rust-<pid>`.
-//! - `--no-promoter` [ECHOMQ_NO_PROMOTER=1]: run no promoter thread and rely
-//!   on the server promoting the queue itself; the server must list the pair
-//!   in `echomq.auto-promote` (e.g. `CONFIG SET echomq.auto-promote
-//!   "{NAME}:schedule {NAME}:pending"`), else retries stay scheduled forever.
+//! Options: `--help` prints them (the `HELP` text below), each also read
+//! from an environment variable.
+//!
+//! Through a failover: `--url` takes several addresses, comma-separated. A
+//! command refused because the server is no longer the primary (`READONLY`,
+//! `UNBLOCKED`, `MASTERDOWN`), is loading (`LOADING`), or cannot be reached
+//! is retried after a short backoff (20 ms doubling to 1 s) on whichever
+//! address reports itself primary (`ROLE`; a replica's `ROLE` names its
+//! primary, which is tried too); a cluster's `MOVED` is followed to the
+//! slot's new owner, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` retried. The worker
+//! gives up (exits 1) only after `--reconnect-secs` without a successful
+//! command. A job's outcome refused by the old primary is written on the new
+//! one, unless its entry is no longer this consumer's to settle there: when
+//! only the reply was lost and the write went through, or when another
+//! consumer took the entry over meanwhile (and settles it). So a job runs
+//! again only if it was in flight at the failover, and no completion is
+//! counted twice.
 //!
 //! Any number of workers, in any language, may share one queue.
 
@@ -88,9 +72,59 @@ enum Layout {
     List,
 }
 
+const HELP: &str = "\
+A job worker on echomq (examples/worker.rs): consumers take jobs from
+{NAME}:pending, fail some of them as planned, retry those with ECHO.RETRY,
+and one promoter moves due retries back with ECHO.PROMOTE.
+
+Options (each also read from the environment variable in brackets):
+  --url URL[,URL...]   [ECHOMQ_URL] default redis://127.0.0.1:6379/; several
+                       addresses, comma-separated: the worker uses whichever
+                       reports itself primary (ROLE) and moves to the new one
+                       after a failover; in a cluster it follows MOVED
+  --reconnect-secs S   [ECHOMQ_RECONNECT_SECS] default 30: retry commands
+                       refused by a failover (READONLY, UNBLOCKED, MOVED,
+                       LOADING, ...) or a lost connection, with a short
+                       backoff, for at most S seconds without a successful
+                       command, then give up (exit 1); 0: give up at once
+  --queue NAME         [ECHOMQ_QUEUE] default jobs; keys {NAME}:pending,
+                       {NAME}:schedule, {NAME}:attempts, {NAME}:done (a set),
+                       {NAME}:done-by, {NAME}:dead
+  --fresh              [ECHOMQ_FRESH=1] first delete those six keys: start the
+                       queue afresh (what a second --seed run needs)
+  --seed               add job-0 .. job-(N-1) to {NAME}:pending first
+  --layout L           [ECHOMQ_LAYOUT] stream (default) or list
+  --group NAME         [ECHOMQ_GROUP] default workers: the consumer group
+  --lease-ms MS        [ECHOMQ_LEASE_MS] default 30000: take over entries idle
+                       that long (choose it above the longest job)
+  --max-deliveries K   [ECHOMQ_MAX_DELIVERIES] default 3: fail, unrun, an entry
+                       taken over after K deliveries
+  --jobs N             [ECHOMQ_JOBS] default 100: stop once N distinct jobs are
+                       done or dead
+  --fail-first K       [ECHOMQ_FAIL_FIRST] default 2: job-<i> fails its first
+                       i % (K + 1) attempts, then succeeds
+  --policy P           [ECHOMQ_POLICY] default jitter:exponential:50:2000
+  --max-attempts M     [ECHOMQ_MAX_ATTEMPTS] default 5: a job's M-th failure
+                       sends it to {NAME}:dead instead of scheduling it again
+  --work-ms MS         [ECHOMQ_WORK_MS] default 0: simulated work per job
+  --crash-on JOB       [ECHOMQ_CRASH_ON] the process aborts when it takes that job
+  --consumers C        [ECHOMQ_CONSUMERS] default 4 threads, consumers <name>-<i>
+  --deadline-secs S    [ECHOMQ_DEADLINE_SECS] default 60: give up (exit 2)
+  --name NAME          [ECHOMQ_WORKER_NAME] default rust-<pid>
+  --no-promoter        [ECHOMQ_NO_PROMOTER=1] run no promoter and rely on the
+                       server promoting the queue itself; the server must list
+                       the pair in echomq.auto-promote (e.g. CONFIG SET
+                       echomq.auto-promote \"{NAME}:schedule {NAME}:pending\")
+  -h, --help           this text
+
+Exit status: 0 when every job is done or dead, 2 at the deadline, 1 on an error.
+";
+
 #[derive(Clone)]
 struct Config {
-    url: String,
+    urls: Vec<String>,
+    reconnect: Duration,
+    fresh: bool,
     queue: String,
     layout: Layout,
     group: String,
@@ -150,6 +184,7 @@ fn config() -> Result<Config> {
     };
     let known = [
         "--url",
+        "--reconnect-secs",
         "--queue",
         "--layout",
         "--group",
@@ -168,10 +203,10 @@ fn config() -> Result<Config> {
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "--seed" | "--no-promoter" => i += 1,
+            "--seed" | "--no-promoter" | "--fresh" => i += 1,
             flag if known.contains(&flag) => i += 2,
             "-h" | "--help" => {
-                println!("see the comment at the top of examples/worker.rs");
+                print!("{HELP}");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument '{other}'").into()),
@@ -183,8 +218,21 @@ fn config() -> Result<Config> {
         other => return Err(format!("--layout: '{other}' is neither stream nor list").into()),
     };
     let crash_on = value("--crash-on", "ECHOMQ_CRASH_ON", "");
+    let urls: Vec<String> = value("--url", "ECHOMQ_URL", "redis://127.0.0.1:6379/")
+        .split(',')
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if urls.is_empty() {
+        return Err("--url: no address".into());
+    }
+    let flag = |flag: &str, env: &str| {
+        args.iter().any(|a| a == flag) || std::env::var(env).is_ok_and(|v| v == "1")
+    };
     Ok(Config {
-        url: value("--url", "ECHOMQ_URL", "redis://127.0.0.1:6379/"),
+        urls,
+        reconnect: Duration::from_secs(number("--reconnect-secs", "ECHOMQ_RECONNECT_SECS", "30")?),
+        fresh: flag("--fresh", "ECHOMQ_FRESH"),
         queue: value("--queue", "ECHOMQ_QUEUE", "jobs"),
         layout,
         group: value("--group", "ECHOMQ_GROUP", "workers"),
@@ -192,8 +240,7 @@ fn config() -> Result<Config> {
         max_deliveries: number("--max-deliveries", "ECHOMQ_MAX_DELIVERIES", "3")?.max(1),
         jobs: number("--jobs", "ECHOMQ_JOBS", "100")?,
         seed: args.iter().any(|a| a == "--seed"),
-        promoter: !(args.iter().any(|a| a == "--no-promoter")
-            || std::env::var("ECHOMQ_NO_PROMOTER").is_ok_and(|v| v == "1")),
+        promoter: !flag("--no-promoter", "ECHOMQ_NO_PROMOTER"),
         fail_first: number("--fail-first", "ECHOMQ_FAIL_FIRST", "2")?,
         policy: value("--policy", "ECHOMQ_POLICY", "jitter:exponential:50:2000"),
         max_attempts: number("--max-attempts", "ECHOMQ_MAX_ATTEMPTS", "5")?.max(1),
@@ -273,41 +320,228 @@ fn count_retry(shared: &Shared, fire_at_ms: i64) {
     };
     counter.fetch_add(1, Ordering::Relaxed);
 }
+/// What to do about a failed command.
+enum Trouble {
+    /// A cluster moved the slot: go to this `host:port`.
+    Moved(String),
+    /// The server is not (or no longer) the primary, is loading, is in the
+    /// middle of a failover or resharding, or cannot be reached: back off and
+    /// try again on whichever address is the primary now.
+    Failover,
+    /// Anything else: a real error.
+    Fatal,
+}
+
+fn trouble(e: &redis::RedisError) -> Trouble {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+        return Trouble::Failover;
+    }
+    // A server error, or the errors a MULTI/EXEC was aborted for.
+    let errors = e.clone().into_server_errors().unwrap_or_default();
+    for (_, error) in errors.iter() {
+        match error.code() {
+            "MOVED" => {
+                if let Some(addr) = error.details().and_then(|d| d.split_whitespace().nth(1)) {
+                    return Trouble::Moved(addr.to_string());
+                }
+            }
+            "READONLY" | "UNBLOCKED" | "LOADING" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN"
+            | "ASK" => return Trouble::Failover,
+            _ => {}
+        }
+    }
+    Trouble::Fatal
+}
+
+/// `url` with its `host:port` replaced by `addr` (scheme, credentials and
+/// database kept).
+fn url_with_addr(url: &str, addr: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let creds = authority
+        .rsplit_once('@')
+        .map(|(c, _)| format!("{c}@"))
+        .unwrap_or_default();
+    format!("{scheme}://{creds}{addr}{path}")
+}
+
+/// The `host:port` of a URL.
+fn addr_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    authority.rsplit_once('@').map_or(authority, |(_, a)| a)
+}
+
+const BACKOFF_FIRST: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// One connection to the queue's primary that outlives failovers: `call`
+/// runs a command and, when the server refuses it for a failover or the
+/// connection is lost, finds the primary again and reruns it, for at most
+/// `--reconnect-secs` without a success.
+struct Link {
+    who: String,
+    seeds: Vec<String>,
+    current: String,
+    con: Option<redis::Connection>,
+    patience: Duration,
+}
+
+impl Link {
+    fn new(cfg: &Config, who: &str) -> Link {
+        Link {
+            who: who.to_string(),
+            seeds: cfg.urls.clone(),
+            current: cfg.urls[0].clone(),
+            con: None,
+            patience: cfg.reconnect,
+        }
+    }
+
+    fn open(url: &str) -> redis::RedisResult<redis::Connection> {
+        let con = redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(2))?;
+        // A command may wait out a failover's pause; a dead peer must not hang us.
+        con.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(con)
+    }
+
+    /// Runs `op`, retrying it through a failover. `op` receives how many
+    /// times it failed already: after a lost connection it may have run.
+    fn call<T>(
+        &mut self,
+        mut op: impl FnMut(&mut redis::Connection, u32) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let mut outage: Option<Instant> = None;
+        let mut backoff = BACKOFF_FIRST;
+        let mut tries = 0;
+        loop {
+            let result = match self.con.as_mut() {
+                Some(con) => op(con, tries),
+                None => match Link::open(&self.current) {
+                    Ok(con) => op(self.con.insert(con), tries),
+                    Err(e) => Err(e),
+                },
+            };
+            let e = match result {
+                Ok(v) => {
+                    if tries > 0 {
+                        eprintln!("worker {}: going on with {}", self.who, self.current);
+                    }
+                    return Ok(v);
+                }
+                Err(e) => e,
+            };
+            let what = trouble(&e);
+            if let Trouble::Fatal = what {
+                return Err(e.into());
+            }
+            let since = *outage.get_or_insert_with(Instant::now);
+            if since.elapsed() >= self.patience {
+                return Err(format!(
+                    "no primary for {:?} (--reconnect-secs) on {}: {e}",
+                    self.patience,
+                    self.seeds.join(",")
+                )
+                .into());
+            }
+            if tries == 0 {
+                eprintln!("worker {}: {e} (on {}): retrying", self.who, self.current);
+            }
+            self.con = None;
+            tries += 1;
+            match what {
+                Trouble::Moved(addr) => self.current = url_with_addr(&self.current, &addr),
+                _ => {
+                    thread::sleep(backoff);
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    self.find_primary();
+                }
+            }
+        }
+    }
+
+    /// Points `current` at the first address whose ROLE is master: the
+    /// current one, the primary a replica names, then the seeds. When none
+    /// says so, keeps the current one (a cluster replica redirects with MOVED).
+    fn find_primary(&mut self) {
+        let mut candidates = vec![self.current.clone()];
+        candidates.extend(self.seeds.iter().cloned());
+        let mut i = 0;
+        while i < candidates.len() && i < 16 {
+            let url = candidates[i].clone();
+            i += 1;
+            let Ok(mut con) = Link::open(&url) else {
+                continue;
+            };
+            let Ok(role) = redis::cmd("ROLE").query::<Vec<Value>>(&mut con) else {
+                continue;
+            };
+            match role.first().and_then(text).as_deref() {
+                Some("master") => {
+                    self.current = url;
+                    self.con = Some(con);
+                    return;
+                }
+                Some("slave") => {
+                    if let (Some(host), Some(port)) =
+                        (role.get(1).and_then(text), role.get(2).and_then(text))
+                    {
+                        let primary = url_with_addr(&url, &format!("{host}:{port}"));
+                        if !candidates.iter().any(|c| addr_of(c) == addr_of(&primary)) {
+                            candidates.insert(i, primary);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
 
 /// The list layout: takes jobs with BRPOP until told to stop. A job popped
 /// here exists only in this process until its outcome is written.
-fn consume_list(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
-    let mut con = redis::Client::open(cfg.url.as_str())?.get_connection()?;
+fn consume_list(cfg: &Config, keys: &Keys, shared: &Shared, who: &str) -> Result<()> {
+    let mut link = Link::new(cfg, who);
     while !shared.stop.load(Ordering::Relaxed) {
         // The pop blocks in the server; the timeout lets the loop see `stop`.
-        let popped: Option<(String, String)> = redis::cmd("BRPOP")
-            .arg(&keys.pending)
-            .arg(BLOCK_MS as f64 / 1000.0)
-            .query(&mut con)?;
+        let popped: Option<(String, String)> = link.call(|con, _| {
+            redis::cmd("BRPOP")
+                .arg(&keys.pending)
+                .arg(BLOCK_MS as f64 / 1000.0)
+                .query(con)
+        })?;
         let Some((_, job)) = popped else { continue };
-        let attempt: u64 = redis::cmd("HINCRBY")
-            .arg(&keys.attempts)
-            .arg(&job)
-            .arg(1)
-            .query(&mut con)?;
+        let attempt: u64 = link.call(|con, _| {
+            redis::cmd("HINCRBY")
+                .arg(&keys.attempts)
+                .arg(&job)
+                .arg(1)
+                .query(con)
+        })?;
         match work(cfg, &job, attempt) {
             Outcome::Failed => {
-                let fire_at_ms: i64 = retry_cmd(cfg, keys, &job, attempt).query(&mut con)?;
+                let fire_at_ms: i64 =
+                    link.call(|con, _| retry_cmd(cfg, keys, &job, attempt).query(con))?;
                 count_retry(shared, fire_at_ms);
             }
             Outcome::Done => {
-                let _: () = redis::pipe()
-                    .atomic()
-                    .cmd("SADD")
-                    .arg(&keys.done)
-                    .arg(&job)
-                    .ignore()
-                    .cmd("HINCRBY")
-                    .arg(&keys.done_by)
-                    .arg(&cfg.name)
-                    .arg(1)
-                    .ignore()
-                    .query(&mut con)?;
+                let _: () = link.call(|con, _| {
+                    redis::pipe()
+                        .atomic()
+                        .cmd("SADD")
+                        .arg(&keys.done)
+                        .arg(&job)
+                        .ignore()
+                        .cmd("HINCRBY")
+                        .arg(&keys.done_by)
+                        .arg(&cfg.name)
+                        .arg(1)
+                        .ignore()
+                        .query(con)
+                })?;
                 shared.completed.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -355,7 +589,7 @@ struct StreamConsumer<'a> {
     keys: &'a Keys,
     shared: &'a Shared,
     consumer: String,
-    con: redis::Connection,
+    link: Link,
 }
 
 impl StreamConsumer<'_> {
@@ -367,18 +601,23 @@ impl StreamConsumer<'_> {
                 self.take_over()?;
                 next_claim = Instant::now() + self.cfg.lease / 2;
             }
-            let read: Value = redis::cmd("XREADGROUP")
-                .arg("GROUP")
-                .arg(&self.cfg.group)
-                .arg(&self.consumer)
-                .arg("COUNT")
-                .arg(BATCH)
-                .arg("BLOCK")
-                .arg(BLOCK_MS)
-                .arg("STREAMS")
-                .arg(&self.keys.pending)
-                .arg(">")
-                .query(&mut self.con)?;
+            // A read whose reply a failover lost leaves its entry delivered
+            // to this consumer: the lease brings it back (take_over).
+            let (cfg, keys, consumer) = (self.cfg, self.keys, &self.consumer);
+            let read: Value = self.link.call(|con, _| {
+                redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg(&cfg.group)
+                    .arg(consumer)
+                    .arg("COUNT")
+                    .arg(BATCH)
+                    .arg("BLOCK")
+                    .arg(BLOCK_MS)
+                    .arg("STREAMS")
+                    .arg(&keys.pending)
+                    .arg(">")
+                    .query(con)
+            })?;
             // [[key, [entries]]], or nil when the block timed out
             let Value::Array(streams) = read else {
                 continue;
@@ -401,15 +640,18 @@ impl StreamConsumer<'_> {
     fn take_over(&mut self) -> Result<()> {
         let mut cursor = "0-0".to_string();
         loop {
-            let reply: Value = redis::cmd("XAUTOCLAIM")
-                .arg(&self.keys.pending)
-                .arg(&self.cfg.group)
-                .arg(&self.consumer)
-                .arg(self.cfg.lease.as_millis() as u64)
-                .arg(&cursor)
-                .arg("COUNT")
-                .arg(BATCH)
-                .query(&mut self.con)?;
+            let (cfg, keys, consumer) = (self.cfg, self.keys, &self.consumer);
+            let reply: Value = self.link.call(|con, _| {
+                redis::cmd("XAUTOCLAIM")
+                    .arg(&keys.pending)
+                    .arg(&cfg.group)
+                    .arg(consumer)
+                    .arg(cfg.lease.as_millis() as u64)
+                    .arg(&cursor)
+                    .arg("COUNT")
+                    .arg(BATCH)
+                    .query(con)
+            })?;
             let Value::Array(parts) = reply else {
                 return Ok(());
             };
@@ -426,37 +668,42 @@ impl StreamConsumer<'_> {
     }
 
     fn run_entry(&mut self, id: &str, job: Option<String>, taken_over: bool) -> Result<()> {
+        let (cfg, keys, consumer) = (self.cfg, self.keys, self.consumer.clone());
         let Some(job) = job else {
             // Its data is gone: nothing to run, only to acknowledge.
-            let _: () = redis::cmd("XACK")
-                .arg(&self.keys.pending)
-                .arg(&self.cfg.group)
-                .arg(id)
-                .query(&mut self.con)?;
+            let _: () = self.link.call(|con, _| {
+                redis::cmd("XACK")
+                    .arg(&keys.pending)
+                    .arg(&cfg.group)
+                    .arg(id)
+                    .query(con)
+            })?;
             return Ok(());
         };
-        let attempt: u64 = redis::cmd("HINCRBY")
-            .arg(&self.keys.attempts)
-            .arg(&job)
-            .arg(1)
-            .query(&mut self.con)?;
+        let attempt: u64 = self.link.call(|con, _| {
+            redis::cmd("HINCRBY")
+                .arg(&keys.attempts)
+                .arg(&job)
+                .arg(1)
+                .query(con)
+        })?;
         // The poison bound: an entry delivered too often is failed unrun.
-        let outcome = if taken_over && self.deliveries(id)? > self.cfg.max_deliveries {
+        let outcome = if taken_over && self.deliveries(id)?.0 > cfg.max_deliveries {
             Outcome::Failed
         } else {
-            work(self.cfg, &job, attempt)
+            work(cfg, &job, attempt)
         };
         let mut pipe = redis::pipe();
         pipe.atomic();
         match outcome {
             Outcome::Failed => {
-                pipe.add_command(retry_cmd(self.cfg, self.keys, &job, attempt));
+                pipe.add_command(retry_cmd(cfg, keys, &job, attempt));
             }
             Outcome::Done => {
-                pipe.cmd("SADD").arg(&self.keys.done).arg(&job).ignore();
+                pipe.cmd("SADD").arg(&keys.done).arg(&job).ignore();
                 pipe.cmd("HINCRBY")
-                    .arg(&self.keys.done_by)
-                    .arg(&self.cfg.name)
+                    .arg(&keys.done_by)
+                    .arg(&cfg.name)
                     .arg(1)
                     .ignore();
             }
@@ -464,60 +711,107 @@ impl StreamConsumer<'_> {
         // The outcome and the acknowledgement are one step: the job is never
         // both scheduled and pending, nor neither.
         pipe.cmd("XACK")
-            .arg(&self.keys.pending)
-            .arg(&self.cfg.group)
+            .arg(&keys.pending)
+            .arg(&cfg.group)
             .arg(id)
             .ignore();
-        pipe.cmd("XDEL").arg(&self.keys.pending).arg(id).ignore();
+        pipe.cmd("XDEL").arg(&keys.pending).arg(id).ignore();
+        // After a failure (a failover refused the step, or the connection
+        // went away with it), the step is written only while the entry is
+        // still this consumer's: acknowledged means the step went through
+        // before the reply was lost; another owner took it over and settles it.
+        let written: Option<Value> = self.link.call(|con, tries| {
+            if tries > 0 && pending_owner(con, cfg, keys, id)?.as_deref() != Some(&consumer) {
+                return Ok(None);
+            }
+            pipe.query(con).map(Some)
+        })?;
+        let Some(replies) = written else {
+            eprintln!(
+                "worker {}: {job} ({id}) was settled elsewhere meanwhile: its outcome here is dropped",
+                cfg.name
+            );
+            return Ok(());
+        };
         match outcome {
             Outcome::Failed => {
-                let (fire_at_ms,): (i64,) = pipe.query(&mut self.con)?;
+                let (fire_at_ms,): (i64,) = redis::from_redis_value(replies)?;
                 count_retry(self.shared, fire_at_ms);
             }
             Outcome::Done => {
-                let _: () = pipe.query(&mut self.con)?;
                 self.shared.completed.fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(())
     }
 
-    /// How many times the group has delivered entry `id` (XPENDING).
-    fn deliveries(&mut self, id: &str) -> Result<u64> {
-        let reply: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-            .arg(&self.keys.pending)
-            .arg(&self.cfg.group)
-            .arg(id)
-            .arg(id)
-            .arg(1)
-            .query(&mut self.con)?;
-        Ok(reply.first().map_or(0, |entry| entry.3))
+    /// How many times the group has delivered entry `id` (XPENDING), and to whom.
+    fn deliveries(&mut self, id: &str) -> Result<(u64, Option<String>)> {
+        let (cfg, keys) = (self.cfg, self.keys);
+        let reply: Vec<(String, String, u64, u64)> =
+            self.link.call(|con, _| pending_entry(con, cfg, keys, id))?;
+        Ok(reply
+            .first()
+            .map_or((0, None), |entry| (entry.3, Some(entry.1.clone()))))
     }
+}
+
+/// `XPENDING pending group id id 1`: the entry's row, if it is pending.
+fn pending_entry(
+    con: &mut redis::Connection,
+    cfg: &Config,
+    keys: &Keys,
+    id: &str,
+) -> redis::RedisResult<Vec<(String, String, u64, u64)>> {
+    redis::cmd("XPENDING")
+        .arg(&keys.pending)
+        .arg(&cfg.group)
+        .arg(id)
+        .arg(id)
+        .arg(1)
+        .query(con)
+}
+
+/// The consumer that holds entry `id` delivered and unacknowledged, if any.
+fn pending_owner(
+    con: &mut redis::Connection,
+    cfg: &Config,
+    keys: &Keys,
+    id: &str,
+) -> redis::RedisResult<Option<String>> {
+    Ok(pending_entry(con, cfg, keys, id)?
+        .into_iter()
+        .next()
+        .map(|row| row.1))
 }
 
 /// Moves due retries to pending, then sleeps until the next one is due by
 /// the server's clock (at most PROMOTER_CAP, so new retries are seen).
 fn promote(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
     const LIMIT: i64 = 1000;
-    let mut con = redis::Client::open(cfg.url.as_str())?.get_connection()?;
+    let mut link = Link::new(cfg, &format!("{}-promoter", cfg.name));
     while !shared.stop.load(Ordering::Relaxed) {
-        let moved: i64 = redis::cmd("ECHO.PROMOTE")
-            .arg(&keys.schedule)
-            .arg(&keys.pending)
-            .arg("LIMIT")
-            .arg(LIMIT)
-            .query(&mut con)?;
+        let moved: i64 = link.call(|con, _| {
+            redis::cmd("ECHO.PROMOTE")
+                .arg(&keys.schedule)
+                .arg(&keys.pending)
+                .arg("LIMIT")
+                .arg(LIMIT)
+                .query(con)
+        })?;
         if moved == LIMIT {
             continue; // more may be due already
         }
-        let (next, (secs, micros)): (Vec<(String, f64)>, (i64, i64)) = redis::pipe()
-            .cmd("ZRANGE")
-            .arg(&keys.schedule)
-            .arg(0)
-            .arg(0)
-            .arg("WITHSCORES")
-            .cmd("TIME")
-            .query(&mut con)?;
+        let (next, (secs, micros)): (Vec<(String, f64)>, (i64, i64)) = link.call(|con, _| {
+            redis::pipe()
+                .cmd("ZRANGE")
+                .arg(&keys.schedule)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES")
+                .cmd("TIME")
+                .query(con)
+        })?;
         let now_ms = secs * 1000 + micros / 1000;
         let wait = match next.first() {
             Some((_, fire_at_ms)) => {
@@ -543,28 +837,62 @@ fn main() {
 }
 
 /// Creates the stream and its group (the protocol's step 1); a group that
-/// exists already is fine.
-fn create_group(con: &mut redis::Connection, cfg: &Config, keys: &Keys) -> Result<()> {
-    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(&keys.pending)
-        .arg(&cfg.group)
-        .arg("$")
-        .arg("MKSTREAM")
-        .query(con);
-    match created {
-        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-        other => Ok(other?),
+/// exists already is fine. A list where the stream belongs is explained.
+fn create_group(link: &mut Link, cfg: &Config, keys: &Keys) -> Result<()> {
+    let created: Result<()> = link.call(|con, _| {
+        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&keys.pending)
+            .arg(&cfg.group)
+            .arg("$")
+            .arg("MKSTREAM")
+            .query(con);
+        match created {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => other,
+        }
+    });
+    let Err(e) = created else { return Ok(()) };
+    let wrong_type = e
+        .downcast_ref::<redis::RedisError>()
+        .is_some_and(|e| e.code() == Some("WRONGTYPE"));
+    if !wrong_type {
+        return Err(e);
     }
+    let kind: String = link.call(|con, _| redis::cmd("TYPE").arg(&keys.pending).query(con))?;
+    Err(wrong_layout(&keys.pending, &kind).into())
+}
+
+/// Why a stream worker cannot use `pending`, and what to run.
+fn wrong_layout(pending: &str, kind: &str) -> String {
+    format!(
+        "{pending} is a {kind}, not a stream (XGROUP CREATE: WRONGTYPE): the stream workers \
+         need a stream with the group; a list is left by --layout list workers, or by a \
+         promotion (ECHO.PROMOTE or echomq.auto-promote) into {pending} before any stream \
+         worker created it. Run the worker with --fresh to start the queue afresh (it \
+         deletes the queue's keys), or DEL {pending} to drop only what it holds"
+    )
 }
 
 /// Ok(true) when every job is done or dead, Ok(false) at the deadline.
 fn run() -> Result<bool> {
     let cfg = config()?;
     let keys = Keys::new(&cfg.queue);
-    let mut con = redis::Client::open(cfg.url.as_str())?.get_connection()?;
+    let mut link = Link::new(&cfg, &cfg.name);
+    if cfg.fresh {
+        let _: () = link.call(|con, _| {
+            redis::cmd("DEL")
+                .arg(&keys.pending)
+                .arg(&keys.schedule)
+                .arg(&keys.attempts)
+                .arg(&keys.done)
+                .arg(&keys.done_by)
+                .arg(&keys.dead)
+                .query(con)
+        })?;
+    }
     if cfg.layout == Layout::Stream {
-        create_group(&mut con, &cfg, &keys)?;
+        create_group(&mut link, &cfg, &keys)?;
     }
     if cfg.seed && cfg.jobs > 0 {
         let mut pipe = redis::pipe();
@@ -584,7 +912,9 @@ fn run() -> Result<bool> {
                 pipe.cmd("LPUSH").arg(&keys.pending).arg(jobs).ignore();
             }
         }
-        let _: () = pipe.query(&mut con)?;
+        // All or nothing, so a retry after a refusal cannot seed twice.
+        pipe.atomic();
+        let _: () = link.call(|con, _| pipe.query(con))?;
     }
 
     let shared = Arc::new(Shared {
@@ -597,16 +927,19 @@ fn run() -> Result<bool> {
     let mut threads = Vec::new();
     for i in 0..cfg.consumers {
         let (cfg, keys, shared) = (cfg.clone(), keys.clone(), shared.clone());
-        threads.push(thread::spawn(move || match cfg.layout {
-            Layout::List => consume_list(&cfg, &keys, &shared),
-            Layout::Stream => StreamConsumer {
-                consumer: format!("{}-{i}", cfg.name),
-                con: redis::Client::open(cfg.url.as_str())?.get_connection()?,
-                cfg: &cfg,
-                keys: &keys,
-                shared: &shared,
+        threads.push(thread::spawn(move || {
+            let consumer = format!("{}-{i}", cfg.name);
+            match cfg.layout {
+                Layout::List => consume_list(&cfg, &keys, &shared, &consumer),
+                Layout::Stream => StreamConsumer {
+                    link: Link::new(&cfg, &consumer),
+                    consumer,
+                    cfg: &cfg,
+                    keys: &keys,
+                    shared: &shared,
+                }
+                .run(),
             }
-            .run(),
         }));
     }
     if cfg.promoter {
@@ -617,8 +950,15 @@ fn run() -> Result<bool> {
     // Every worker sharing the queue stops once each job is done or dead.
     let started = Instant::now();
     let mut all_done = false;
+    let mut failed = None;
     while started.elapsed() < cfg.deadline {
-        let (done, dead) = finished(&mut con, &keys)?;
+        let (done, dead) = match finished(&mut link, &keys) {
+            Ok(counts) => counts,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
         if done + dead >= cfg.jobs {
             all_done = true;
             break;
@@ -632,7 +972,10 @@ fn run() -> Result<bool> {
     for t in threads {
         t.join().map_err(|_| "a worker thread panicked")??;
     }
-    let (done, dead) = finished(&mut con, &keys)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let (done, dead) = finished(&mut link, &keys)?;
     println!(
         "worker {}: completed {} here, retried {} here, dead-lettered {} here, took over {} here; \
          {done}/{} done and {dead} dead on queue '{}' after {:.2}s",
@@ -655,11 +998,13 @@ fn run() -> Result<bool> {
 }
 
 /// How many distinct jobs are done and how many dead, in one round trip.
-fn finished(con: &mut redis::Connection, keys: &Keys) -> Result<(u64, u64)> {
-    Ok(redis::pipe()
-        .cmd("SCARD")
-        .arg(&keys.done)
-        .cmd("ZCARD")
-        .arg(&keys.dead)
-        .query(con)?)
+fn finished(link: &mut Link, keys: &Keys) -> Result<(u64, u64)> {
+    link.call(|con, _| {
+        redis::pipe()
+            .cmd("SCARD")
+            .arg(&keys.done)
+            .cmd("ZCARD")
+            .arg(&keys.dead)
+            .query(con)
+    })
 }

@@ -9,12 +9,12 @@ mod node;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use common::python::python;
 use common::*;
 
 const FAIL_FIRST: u64 = 2;
@@ -22,49 +22,6 @@ const FAIL_FIRST: u64 = 2;
 /// is their last, and the server moves them to the dead set.
 const MAX_ATTEMPTS: u64 = 2;
 const POLICY: &str = "jitter:exponential:50:2000";
-
-/// A python3 that can import `valkey` (or `redis`): the system one, else a
-/// venv under target/ with `valkey` installed into it. Err says why not, and
-/// the Python tests then pass after saying they were skipped.
-fn python() -> Result<&'static Path, &'static str> {
-    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PYTHON
-        .get_or_init(find_python)
-        .as_ref()
-        .map(PathBuf::as_path)
-        .map_err(String::as_str)
-}
-
-fn imports_client(python: &Path) -> bool {
-    Command::new(python)
-        .args([
-            "-c",
-            "import importlib.util, sys; \
-             sys.exit(0 if importlib.util.find_spec('valkey') or importlib.util.find_spec('redis') else 1)",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn find_python() -> Result<PathBuf, String> {
-    // ECHOMQ_PYTHON names another interpreter (its venv goes to target/ too).
-    let system = PathBuf::from(std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "python3".into()));
-    match Command::new(&system).arg("--version").output() {
-        Ok(out) if out.status.success() => {}
-        Ok(_) | Err(_) => return Err(format!("{} is not installed", system.display())),
-    }
-    if imports_client(&system) {
-        return Ok(system);
-    }
-    python_venv(
-        &system,
-        &target_dir().join("pyenv"),
-        "valkey",
-        imports_client,
-    )
-}
 
 /// Says so on the real stderr: libtest captures only the print macros.
 fn announce(msg: &str) {
@@ -107,16 +64,9 @@ enum Lang {
     Node(&'static Path),
 }
 
-/// Starts a worker with the common arguments and `extra` ones.
-fn spawn(
-    lang: Lang,
-    server: &Server,
-    queue: &str,
-    jobs: usize,
-    name: &str,
-    extra: &[&str],
-) -> (String, Child) {
-    let mut cmd = match lang {
+/// The command that runs a worker program, before its arguments.
+fn worker_command(lang: Lang) -> Command {
+    match lang {
         Lang::Rust => Command::new(rust_worker()),
         Lang::Python(python) => {
             let mut cmd = Command::new(python);
@@ -129,8 +79,19 @@ fn spawn(
             cmd.arg(dir.join("worker.mjs")).current_dir(dir);
             cmd
         }
-    };
-    let child = cmd
+    }
+}
+
+/// Starts a worker with the common arguments and `extra` ones.
+fn spawn(
+    lang: Lang,
+    server: &Server,
+    queue: &str,
+    jobs: usize,
+    name: &str,
+    extra: &[&str],
+) -> (String, Child) {
+    let child = worker_command(lang)
         .args(worker_args(server, queue, jobs, name))
         .args(extra)
         .stdin(Stdio::null())
@@ -295,6 +256,37 @@ fn check_exactly_once_promoted_by(
     n: usize,
     promoted_field: &str,
 ) -> BTreeMap<String, u64> {
+    let by = check_queue_exactly_once(con, queue, n);
+    // Each failure but a last one was one jittered ECHO.RETRY that scheduled,
+    // promoted once; each last failure one dead-lettering ECHO.RETRY.
+    let retries: u64 = (0..n).map(|i| failures(i).min(MAX_ATTEMPTS - 1)).sum();
+    let dead = (0..n).filter(|&i| dies(i)).count() as u64;
+    let other_field = if promoted_field == "echomq_promoted" {
+        "echomq_auto_promoted"
+    } else {
+        "echomq_promoted"
+    };
+    for (field, want) in [
+        ("echomq_retries", retries),
+        ("echomq_retries_jittered", retries),
+        (promoted_field, retries),
+        (other_field, 0),
+        ("echomq_dead_lettered", dead),
+        ("echomq_errors", 0),
+    ] {
+        assert_eq!(
+            info_field(con, "echomq", field),
+            want.to_string(),
+            "{field}"
+        );
+    }
+    by
+}
+
+/// The queue's keys after its workers: every seeded job done exactly once,
+/// or dead (after exactly MAX_ATTEMPTS failures) and never done, each after
+/// exactly its planned attempts, with nothing left queued; who did what.
+fn check_queue_exactly_once(con: &mut Connection, queue: &str, n: usize) -> BTreeMap<String, u64> {
     let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
     let done: Vec<String> = q!(con, "SMEMBERS", key("done"));
     let dead: Vec<String> = q!(con, "ZRANGE", key("dead"), 0, -1);
@@ -320,29 +312,6 @@ fn check_exactly_once_promoted_by(
     assert_pending_drained(con, queue);
     let scheduled: i64 = q!(con, "ZCARD", key("schedule"));
     assert_eq!(scheduled, 0, "work left scheduled");
-
-    // Each failure but a last one was one jittered ECHO.RETRY that scheduled,
-    // promoted once; each last failure one dead-lettering ECHO.RETRY.
-    let retries: u64 = (0..n).map(|i| failures(i).min(MAX_ATTEMPTS - 1)).sum();
-    let other_field = if promoted_field == "echomq_promoted" {
-        "echomq_auto_promoted"
-    } else {
-        "echomq_promoted"
-    };
-    for (field, want) in [
-        ("echomq_retries", retries),
-        ("echomq_retries_jittered", retries),
-        (promoted_field, retries),
-        (other_field, 0),
-        ("echomq_dead_lettered", want_dead.len() as u64),
-        ("echomq_errors", 0),
-    ] {
-        assert_eq!(
-            info_field(con, "echomq", field),
-            want.to_string(),
-            "{field}"
-        );
-    }
 
     // done is a set: a job done twice would show only in the completions
     let by: BTreeMap<String, u64> = q!(con, "HGETALL", key("done-by"));
@@ -436,6 +405,129 @@ fn seeds_and_stops_on_its_own(lang: Lang, queue: &str, name: &str) {
     assert!(stdout.contains(&want), "{stdout}");
     let by = check_exactly_once(&mut con, queue, 50);
     assert_eq!(by.get(name), Some(&34), "{by:?}");
+}
+
+/// A newcomer's path: a list where the stream belongs is explained, with
+/// what to run; `--fresh --seed` then starts the queue afresh, and running
+/// the same command again does all the work again (without `--fresh` the
+/// second run would find every job done and stop at once).
+fn starts_a_queue_afresh(lang: Lang, queue: &str, name: &str) {
+    let server = Server::start();
+    let mut con = server.conn();
+    let pending = format!("{{{queue}}}:pending");
+    // What a promotion into a missing pending leaves: a list.
+    let _: i64 = q!(&mut con, "LPUSH", &pending, "stray");
+    let (_, child) = spawn(lang, &server, queue, 50, name, &["--seed"]);
+    let out = child.wait_with_output().expect("wait for the worker");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for must in [
+        format!("{pending} is a list, not a stream"),
+        "--fresh".to_string(),
+        format!("DEL {pending}"),
+    ] {
+        assert!(stderr.contains(&must), "no '{must}' in: {stderr}");
+    }
+    assert!(!stderr.contains("\nWRONGTYPE"), "{stderr}");
+    let kind: String = q!(&mut con, "TYPE", &pending);
+    assert_eq!(kind, "list", "the worker left the list as it was");
+
+    for run in 1..=2 {
+        let (_, child) = spawn(lang, &server, queue, 50, name, &["--fresh", "--seed"]);
+        let out = child.wait_with_output().expect("wait for the worker");
+        assert!(
+            out.status.success(),
+            "run {run}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // 50 jobs: 17 (i % 3 == 1) fail once and are retried; 16 (i % 3 ==
+        // 2) fail once, are retried, and fail their last attempt
+        let want = "completed 34 here, retried 33 here, dead-lettered 16 here";
+        assert!(stdout.contains(want), "run {run}: {stdout}");
+        assert!(
+            stdout.contains("34/50 done and 16 dead"),
+            "run {run}: {stdout}"
+        );
+        // Only this run's work in the keys: attempts, done-by and all.
+        let by = check_queue_exactly_once(&mut con, queue, 50);
+        assert_eq!(by, BTreeMap::from([(name.to_string(), 34)]), "run {run}");
+    }
+}
+
+#[test]
+fn the_rust_worker_starts_a_queue_afresh() {
+    starts_a_queue_afresh(Lang::Rust, "fresh", "rust-fresh");
+}
+
+#[test]
+fn the_python_worker_starts_a_queue_afresh() {
+    let Some(python) = python_or_skip("the_python_worker_starts_a_queue_afresh") else {
+        return;
+    };
+    starts_a_queue_afresh(Lang::Python(python), "fresh-py", "python-fresh");
+}
+
+#[test]
+fn the_node_worker_starts_a_queue_afresh() {
+    let test = "the_node_worker_starts_a_queue_afresh";
+    let Some(dir) = node::or_skip(test, node::node_dir()) else {
+        return;
+    };
+    starts_a_queue_afresh(Lang::Node(dir), "fresh-node", "node-fresh");
+}
+
+/// Every option the workers share, which each one's --help must list.
+const OPTIONS: [&str; 19] = [
+    "--url",
+    "--reconnect-secs",
+    "--queue",
+    "--fresh",
+    "--seed",
+    "--layout",
+    "--group",
+    "--lease-ms",
+    "--max-deliveries",
+    "--jobs",
+    "--fail-first",
+    "--policy",
+    "--max-attempts",
+    "--work-ms",
+    "--crash-on",
+    "--consumers",
+    "--deadline-secs",
+    "--name",
+    "--no-promoter",
+];
+
+#[test]
+fn every_worker_lists_its_options_with_help() {
+    let test = "every_worker_lists_its_options_with_help";
+    let mut langs = vec![("rust", Lang::Rust)];
+    if let Some(python) = python_or_skip(test) {
+        langs.push(("python", Lang::Python(python)));
+    }
+    if let Some(dir) = node::or_skip(test, node::node_dir()) {
+        langs.push(("node", Lang::Node(dir)));
+    }
+    for (name, lang) in langs {
+        let out = worker_command(lang)
+            .arg("--help")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the worker");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{name} --help: {out:?}");
+        for option in OPTIONS {
+            assert!(
+                help.lines().any(|l| l.trim_start().starts_with(option)),
+                "{name} --help does not list {option}:\n{help}"
+            );
+        }
+        // The bound on reconnecting, and the several addresses, are told.
+        assert!(help.contains("URL[,URL...]"), "{name}:\n{help}");
+        assert!(help.contains("default 30"), "{name}:\n{help}");
+    }
 }
 
 #[test]

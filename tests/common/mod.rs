@@ -12,6 +12,9 @@ use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+pub mod cluster;
+pub mod python;
+
 pub use redis::{Cmd, Connection, ConnectionLike, FromRedisValue, RedisResult, Value};
 
 /// The module under test: `ECHOMQ_MODULE`, or the release build.

@@ -1,0 +1,427 @@
+//! The example workers (Rust, Python and Node.js) through a failover: one of
+//! each shares a stream queue that the server promotes by itself
+//! (`echomq.auto-promote`), and mid-run the queue's primary hands over to its
+//! replica, as a cluster's `CLUSTER FAILOVER` and as a standalone pair's
+//! `REPLICAOF` swap. The workers retry what the failover refuses (`UNBLOCKED`,
+//! `READONLY`, `MOVED`, a closed connection) on the new primary and finish
+//! the queue: every job done exactly once, nothing left pending or
+//! scheduled, and a job taken more often than planned only if it was in
+//! flight (delivered, not acknowledged) when the old primary stopped taking
+//! writes.
+//!
+//! Outside CI a missing Python or Node.js says SKIPPED for that worker and
+//! the test runs with the others; in CI (`CI=true`) it fails.
+
+mod common;
+mod node;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::cluster::*;
+use common::python::python;
+use common::*;
+
+/// Jobs in the queue: `job-<i>`, due 10 ms apart.
+const N: usize = 240;
+
+#[derive(Clone, Copy)]
+enum Lang {
+    Rust,
+    Python(&'static Path),
+    /// The directory worker.mjs runs from (its packages installed there).
+    Node(&'static Path),
+}
+
+/// The workers of a test: Rust always, Python and Node.js when present
+/// (SKIPPED outside CI when not, a failure in CI).
+fn langs(test: &str) -> Vec<(Lang, &'static str)> {
+    let mut langs = vec![(Lang::Rust, "rust")];
+    if let Some(p) = node::or_skip(
+        &format!("{test} (its Python worker)"),
+        python().map_err(str::to_string),
+    ) {
+        langs.push((Lang::Python(p), "python"));
+    }
+    if let Some(dir) = node::or_skip(&format!("{test} (its Node.js worker)"), node::node_dir()) {
+        langs.push((Lang::Node(dir), "node"));
+    }
+    langs
+}
+
+/// A worker process, killed by pid and reaped on drop.
+struct Worker {
+    name: String,
+    child: Option<Child>,
+}
+
+impl Worker {
+    /// Starts a stream worker on `queue` with the server promoting: `job-<odd>`
+    /// fails its first attempt and is retried 30 ms later; a 3 s lease, well
+    /// above a 20 ms job, so no live consumer's entry is taken over.
+    fn start(lang: Lang, urls: &str, queue: &str, name: &str) -> Worker {
+        let mut cmd = match lang {
+            Lang::Rust => Command::new(rust_worker()),
+            Lang::Python(python) => {
+                let mut cmd = Command::new(python);
+                cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/worker.py"))
+                    .env("PYTHONUNBUFFERED", "1");
+                cmd
+            }
+            Lang::Node(dir) => {
+                let mut cmd = Command::new(node::node());
+                cmd.arg(dir.join("worker.mjs")).current_dir(dir);
+                cmd
+            }
+        };
+        let child = cmd
+            .args(["--url", urls, "--queue", queue, "--jobs", &N.to_string()])
+            .args(["--fail-first", "1", "--policy", "fixed:30"])
+            .args(["--max-attempts", "3", "--max-deliveries", "3"])
+            .args(["--no-promoter", "--work-ms", "20", "--consumers", "2"])
+            .args(["--lease-ms", "3000", "--deadline-secs", "50"])
+            .args(["--reconnect-secs", "20", "--name", name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start worker {name}: {e}"));
+        Worker {
+            name: name.to_string(),
+            child: Some(child),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits for every worker to exit and asserts each exited 0 (done with the
+/// queue, not given up); kills them all (by pid) as soon as one fails, or
+/// after a minute. Returns each one's stderr.
+fn finish_all(workers: &mut [Worker]) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut statuses = vec![None; workers.len()];
+    while statuses.iter().any(Option::is_none) {
+        for (i, w) in workers.iter_mut().enumerate() {
+            if statuses[i].is_none() {
+                statuses[i] = w.child.as_mut().unwrap().try_wait().expect("try_wait");
+            }
+        }
+        if statuses.iter().flatten().any(|s| !s.success()) || Instant::now() > deadline {
+            break;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    let mut report = String::new();
+    let mut errs = Vec::new();
+    for (w, status) in workers.iter_mut().zip(&statuses) {
+        let mut child = w.child.take().unwrap();
+        if status.is_none() {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        let (mut out, mut err) = (String::new(), String::new());
+        let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        println!("{}: {status:?}\n{}\n{}", w.name, out.trim(), err.trim());
+        report.push_str(&format!(
+            "{}: {status:?}\nstdout: {out}\nstderr: {err}\n",
+            w.name
+        ));
+        errs.push(err);
+    }
+    assert!(
+        statuses.iter().all(|s| s.is_some_and(|s| s.success())),
+        "a worker gave up, failed or did not finish within a minute:\n{report}"
+    );
+    errs
+}
+
+fn key(queue: &str, suffix: &str) -> String {
+    format!("{{{queue}}}:{suffix}")
+}
+
+/// Waits until the group `workers` of `queue`'s stream has `n` consumers.
+fn wait_consumers(con: &mut Connection, queue: &str, n: usize) {
+    let pending = key(queue, "pending");
+    wait_until(
+        "the workers' consumers joined",
+        Duration::from_secs(30),
+        || {
+            let consumers: Vec<Value> = cmd!("XINFO", "CONSUMERS", &pending, "workers")
+                .query(con)
+                .map_err(|e| e.to_string())?;
+            (consumers.len() >= n)
+                .then_some(())
+                .ok_or(format!("{} of {n}", consumers.len()))
+        },
+    );
+}
+
+/// `job-0` .. `job-(N-1)` into the schedule, due 10 ms apart from now by the
+/// server's clock: the server promotes them into the stream over 2.4 s.
+fn schedule_jobs(con: &mut Connection, queue: &str) {
+    let now_ms = server_time_ms(con);
+    let mut zadd = cmd!("ZADD", key(queue, "schedule"));
+    for i in 0..N {
+        zadd.arg(now_ms + i as i64 * 10).arg(format!("job-{i}"));
+    }
+    let _: i64 = run(con, &zadd);
+}
+
+fn done_count(con: &mut Connection, queue: &str) -> Result<u64, String> {
+    cmd!("SCARD", key(queue, "done"))
+        .query(con)
+        .map_err(|e| e.to_string())
+}
+
+/// Waits until `at_least` jobs are done: the failover falls mid-run.
+fn wait_done(con: &mut Connection, queue: &str, at_least: u64) {
+    wait_until("the workers got going", Duration::from_secs(30), || {
+        let done = done_count(con, queue)?;
+        (done >= at_least)
+            .then_some(())
+            .ok_or(format!("{done} done"))
+    });
+}
+
+/// Stops `con`'s server taking writes (CLIENT PAUSE WRITE, reads still
+/// served) and returns the jobs in flight there: delivered to a consumer and
+/// not acknowledged. Nothing is delivered or acknowledged on it after this.
+fn pause_and_read_in_flight(con: &mut Connection, queue: &str) -> HashSet<String> {
+    let _: () = q!(con, "CLIENT", "PAUSE", 20_000, "WRITE");
+    let pending = key(queue, "pending");
+    let rows: Vec<(String, String, u64, u64)> =
+        q!(con, "XPENDING", &pending, "workers", "-", "+", 10_000);
+    let mut jobs = HashSet::new();
+    for (id, ..) in rows {
+        let entries: Vec<(String, Vec<String>)> = q!(con, "XRANGE", &pending, &id, &id);
+        for (_, fields) in entries {
+            if let [field, job] = &fields[..] {
+                assert_eq!(field, "job");
+                jobs.insert(job.clone());
+            }
+        }
+    }
+    jobs
+}
+
+/// Waits until the server of `con` reports itself primary (ROLE).
+fn wait_primary(con: &mut Connection, what: &str) {
+    wait_until(what, Duration::from_secs(30), || {
+        let role: Vec<Value> = cmd!("ROLE").query(con).map_err(|e| e.to_string())?;
+        match role.first() {
+            Some(Value::BulkString(r)) if r == b"master" => Ok(()),
+            other => Err(format!("ROLE {other:?}")),
+        }
+    });
+}
+
+/// The end state on the new primary: every job done exactly once and none
+/// dead, nothing pending or scheduled, and each job taken exactly as planned
+/// (`job-<odd>` twice, `job-<even>` once), or more often only if it was in
+/// flight at the failover.
+fn check_after_failover(con: &mut Connection, queue: &str, in_flight: &HashSet<String>) {
+    let job = |i: usize| format!("job-{i}");
+    let done: HashSet<String> = q!(con, "SMEMBERS", key(queue, "done"));
+    let want: HashSet<String> = (0..N).map(job).collect();
+    let lost: Vec<&String> = want.difference(&done).collect();
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    assert_eq!(done, want, "only the queue's jobs done");
+    let dead: Vec<String> = q!(con, "ZRANGE", key(queue, "dead"), 0, -1);
+    assert!(dead.is_empty(), "dead: {dead:?}");
+    // done is a set: a job completed twice shows only in the completions
+    let by: BTreeMap<String, u64> = q!(con, "HGETALL", key(queue, "done-by"));
+    assert_eq!(
+        by.values().sum::<u64>(),
+        N as u64,
+        "a job was completed twice: {by:?}"
+    );
+    let summary: Vec<Value> = q!(con, "XPENDING", key(queue, "pending"), "workers");
+    assert_eq!(
+        summary.first(),
+        Some(&Value::Int(0)),
+        "unacknowledged: {summary:?}"
+    );
+    let len: i64 = q!(con, "XLEN", key(queue, "pending"));
+    assert_eq!(len, 0, "entries left in the stream");
+    let scheduled: i64 = q!(con, "ZCARD", key(queue, "schedule"));
+    assert_eq!(scheduled, 0, "jobs left scheduled");
+    let attempts: BTreeMap<String, u64> = q!(con, "HGETALL", key(queue, "attempts"));
+    let mut reruns = Vec::new();
+    for i in 0..N {
+        let planned = 1 + (i as u64 % 2);
+        let taken = attempts.get(&job(i)).copied().unwrap_or(0);
+        if in_flight.contains(&job(i)) {
+            assert!(taken >= planned, "{}: taken {taken} < {planned}", job(i));
+            if taken > planned {
+                reruns.push(job(i));
+            }
+        } else {
+            assert_eq!(
+                taken,
+                planned,
+                "{} was not in flight at the failover ({in_flight:?})",
+                job(i)
+            );
+        }
+    }
+    println!(
+        "in flight at the failover: {in_flight:?}; taken again: {reruns:?}; completions: {by:?}"
+    );
+}
+
+/// Every worker came through the failover: it retried something the old
+/// primary refused and went on on the new one.
+fn assert_all_went_on(names: &[String], stderrs: &[String]) {
+    for (name, err) in names.iter().zip(stderrs) {
+        assert!(
+            err.contains("retrying") && err.contains("going on with"),
+            "{name} did not retry through the failover:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn workers_in_three_languages_go_on_through_a_cluster_failover() {
+    let test = "workers_in_three_languages_go_on_through_a_cluster_failover";
+    let langs = langs(test);
+    let queue = "fo";
+    let cluster = Cluster::start();
+    let slot = cluster.keyslot(&key(queue, "schedule"));
+    let a = cluster.owner(slot);
+    let r = cluster.replica_of(a);
+    let mut on_a = cluster.conn(a);
+    let mut on_r = cluster.conn(r);
+    rust_worker(); // built before any clock starts
+    configure_everywhere(
+        &cluster,
+        &format!("{} {}", key(queue, "schedule"), key(queue, "pending")),
+    );
+    let _: () = q!(
+        &mut on_a,
+        "XGROUP",
+        "CREATE",
+        key(queue, "pending"),
+        "workers",
+        "$",
+        "MKSTREAM"
+    );
+
+    // Each worker knows only the old owner: after the failover it learns
+    // the new one from the server (ROLE of a replica, MOVED).
+    let mut workers: Vec<Worker> = langs
+        .iter()
+        .map(|&(lang, name)| Worker::start(lang, &cluster.nodes[a].url(), queue, name))
+        .collect();
+    wait_consumers(&mut on_a, queue, 2 * workers.len());
+    schedule_jobs(&mut on_a, queue);
+    wait_done(&mut on_a, queue, 40);
+
+    let in_flight = pause_and_read_in_flight(&mut on_a, queue);
+    let done_before = done_count(&mut on_a, queue).unwrap();
+    // The replica takes over once it has everything A wrote (A is paused).
+    let _: () = q!(&mut on_r, "CLUSTER", "FAILOVER");
+    wait_primary(&mut on_r, "the replica took over");
+    let _: () = q!(&mut on_a, "CLIENT", "UNPAUSE");
+    println!(
+        "failover with {done_before} of {N} done, {} in flight",
+        in_flight.len()
+    );
+    assert!(
+        done_before < N as u64,
+        "the queue was done before the failover"
+    );
+
+    let stderrs = finish_all(&mut workers);
+    let names: Vec<String> = workers.iter().map(|w| w.name.clone()).collect();
+    assert_all_went_on(&names, &stderrs);
+    cluster.wait_stable(Duration::from_secs(30));
+    assert_eq!(cluster.owner(slot), r, "the slot is the new primary's");
+    check_after_failover(&mut on_r, queue, &in_flight);
+    // The new primary promoted the rest, by its own timer.
+    assert!(echomq_stat(&mut on_r, "echomq_auto_promoted") > 0);
+    for i in 0..cluster.nodes.len() {
+        let errors = echomq_stat(&mut cluster.conn(i), "echomq_auto_promote_errors");
+        assert_eq!(errors, 0, "node {}", cluster.port(i));
+    }
+}
+
+#[test]
+fn workers_in_three_languages_go_on_through_a_replicaof_swap() {
+    let test = "workers_in_three_languages_go_on_through_a_replicaof_swap";
+    let langs = langs(test);
+    let queue = "swap";
+    let pair = format!("{} {}", key(queue, "schedule"), key(queue, "pending"));
+    let options = Options::default()
+        .arg("echomq.auto-promote", &pair)
+        .arg("repl-diskless-sync-delay", "0");
+    let old = Server::start_with(options.clone());
+    let new = start_replica(&old, options);
+    let (mut on_old, mut on_new) = (old.conn(), new.conn());
+    rust_worker(); // built before any clock starts
+    let _: () = q!(
+        &mut on_old,
+        "XGROUP",
+        "CREATE",
+        key(queue, "pending"),
+        "workers",
+        "$",
+        "MKSTREAM"
+    );
+
+    // Both addresses: each worker uses whichever reports itself primary.
+    let urls = format!("{},{}", old.url(), new.url());
+    let mut workers: Vec<Worker> = langs
+        .iter()
+        .map(|&(lang, name)| Worker::start(lang, &urls, queue, name))
+        .collect();
+    wait_consumers(&mut on_old, queue, 2 * workers.len());
+    schedule_jobs(&mut on_old, queue);
+    wait_done(&mut on_old, queue, 40);
+
+    // The swap an operator makes: writes paused on the old primary, the
+    // replica caught up, promoted, and the old primary made its replica.
+    let in_flight = pause_and_read_in_flight(&mut on_old, queue);
+    let done_before = done_count(&mut on_old, queue).unwrap();
+    wait_until("the replica caught up", Duration::from_secs(30), || {
+        let p = info_field(&mut on_old, "replication", "master_repl_offset");
+        let r = info_field(&mut on_new, "replication", "master_repl_offset");
+        (p == r)
+            .then_some(())
+            .ok_or(format!("primary {p}, replica {r}"))
+    });
+    let _: () = q!(&mut on_new, "REPLICAOF", "NO", "ONE");
+    let _: () = q!(&mut on_old, "REPLICAOF", "127.0.0.1", new.port);
+    let _: () = q!(&mut on_old, "CLIENT", "UNPAUSE");
+    println!(
+        "swap with {done_before} of {N} done, {} in flight",
+        in_flight.len()
+    );
+    assert!(done_before < N as u64, "the queue was done before the swap");
+
+    let stderrs = finish_all(&mut workers);
+    let names: Vec<String> = workers.iter().map(|w| w.name.clone()).collect();
+    assert_all_went_on(&names, &stderrs);
+    check_after_failover(&mut on_new, queue, &in_flight);
+    assert!(info_field(&mut on_new, "echomq", "echomq_auto_promoted") != "0");
+    assert_eq!(info_field(&mut on_new, "echomq", "echomq_errors"), "0");
+    // The old primary follows the new one and ends with the same data.
+    wait_until("the old primary synced", Duration::from_secs(30), || {
+        let link = info_field(&mut on_old, "replication", "master_link_status");
+        (link == "up").then_some(()).ok_or(link)
+    });
+    wait_replica_synced(&mut on_new, &mut on_old);
+    assert_eq!(digest(&mut on_old), digest(&mut on_new));
+}
