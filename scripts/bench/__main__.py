@@ -4,7 +4,7 @@ import argparse
 import signal
 import sys
 
-from . import (auto_promote, future_members, latency, memory, promote_stream, promotion,
+from . import (auto_promote, future_members, herd, latency, memory, promote_stream, promotion,
                retry_options, spread, throughput, web_scrape, worker_layouts)
 from .harness import DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
@@ -14,7 +14,7 @@ SECTIONS = [("throughput", throughput), ("retry_options", retry_options),
             ("promotion", promotion), ("future_members", future_members), ("latency", latency),
             ("spread", spread), ("memory", memory), ("auto_promote", auto_promote),
             ("promote_stream", promote_stream), ("worker_layouts", worker_layouts),
-            ("web_scrape", web_scrape)]
+            ("web_scrape", web_scrape), ("herd", herd)]
 
 
 def main():
@@ -30,6 +30,18 @@ def main():
                     help="the examples/worker binary, for the worker_layouts section")
     ap.add_argument("--web", default=DEFAULT_WEB,
                     help="the echomq-web binary, for the web_scrape section")
+    ap.add_argument("--herd-jobs", type=int, default=0,
+                    help="herd: jobs in the blink (default 10000, 2000 with --quick)")
+    ap.add_argument("--herd-workers", type=int, default=8,
+                    help="herd: worker threads, each with its own connection")
+    ap.add_argument("--herd-strategies", default="",
+                    help="herd: comma-separated subset of plain,jitter,limit,adaptive,hold")
+    ap.add_argument("--herd-json", default="",
+                    help="herd: where to write the series (default target/bench/herd-limits.json)")
+    ap.add_argument("--adaptive-window-ms", type=int, default=200,
+                    help="herd: echomq.adaptive-window-ms during the run")
+    ap.add_argument("--adaptive-failure-percent", type=int, default=10,
+                    help="herd: echomq.adaptive-failure-percent during the run")
     ap.add_argument("--workload")
     ap.add_argument("--seconds", type=float, default=10)
     a = ap.parse_args()
@@ -37,6 +49,10 @@ def main():
         workload(a.port, a.workload, a.seconds)
         return
     b = Bench(a.port, a.rounds, a.quick, a.worker, a.web)
+    b.herd_jobs, b.herd_workers, b.herd_only = a.herd_jobs, a.herd_workers, a.herd_strategies
+    b.herd_json = a.herd_json
+    b.adaptive_window_ms = a.adaptive_window_ms
+    b.adaptive_failure_percent = a.adaptive_failure_percent
     sections = [(name, module.run) for name, module in SECTIONS]
     if a.only:
         sections = [s for s in sections if s[0] in a.only.split(",")]

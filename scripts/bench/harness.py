@@ -213,6 +213,10 @@ def report(b, elapsed):
     print("echomq-web: 500 queues; wall time per GET over one keep-alive connection, %d rounds"
           % b.rounds)
     print("(order rotating); commands and server µs of one scrape from INFO commandstats.")
+    print("Herd: one run per strategy, back to back on fresh keys; the simulated dependency and the")
+    print("worker threads live in the benchmark process (scripts/bench/herd.py says how); the blink's")
+    print("first calls are not counted in the failures or the window maxima; the series are written")
+    print("to %s." % getattr(b, "herd_json_written", "target/bench/herd-limits.json"))
     print()
     print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
     print("|---|---|---:|---:|---|---:|---|---|")
