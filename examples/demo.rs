@@ -301,5 +301,361 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         jittered.peak(),
         equal.peak()
     );
+    herd_scene()
+}
+
+// ---------------------------------------------------------------------------
+// Scene 2: the herd against a dependency, from one real run of
+// `make bench BENCH_ARGS="--only herd"` (scripts/bench/herd.py), which writes
+// its per-100-ms series to target/bench/herd-limits.json. Drawn as one lane
+// per strategy: the dependency's calls and, in red, the failed among them.
+
+/// One strategy's lane, as the benchmark wrote it.
+struct Lane {
+    title: String,
+    how: String,
+    calls: u64,
+    failed: u64,
+    blink: u64,
+    dead: u64,
+    seconds: Option<f64>,
+    stopped_after: f64,
+    max_1s: u64,
+    /// Per bin: calls, failed beyond the blink, failed in the blink.
+    series: Vec<(u64, u64, u64)>,
+    /// (seconds, rate in force per second), adaptive limits only.
+    rate: Vec<(f64, f64)>,
+    adaptive: bool,
+}
+
+struct HerdRun {
+    jobs: u64,
+    rate: u64,
+    burst: u64,
+    down_s: f64,
+    bin_s: f64,
+    ideal_s: f64,
+    workers: u64,
+    lanes: Vec<Lane>,
+}
+
+fn read_herd(path: &std::path::Path) -> Result<HerdRun, Box<dyn std::error::Error>> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    let num = |v: &serde_json::Value, k: &str| -> Result<f64, String> {
+        v[k].as_f64().ok_or_else(|| format!("{}: no number '{k}'", path.display()))
+    };
+    let mut lanes = Vec::new();
+    for s in v["strategies"].as_array().ok_or("no strategies")? {
+        let list = |k: &str| -> Vec<u64> {
+            s["series"][k]
+                .as_array()
+                .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(0)).collect())
+                .unwrap_or_default()
+        };
+        let (calls, failed, blink) = (list("calls"), list("failed"), list("blink"));
+        let limit = s["limit"].as_str().unwrap_or("");
+        let mut how = s["policy"].as_str().unwrap_or("").to_string();
+        if !limit.is_empty() {
+            how += &format!(", echomq.release-limits \"<schedule> {limit}\"");
+        }
+        if s["hold"].as_bool().unwrap_or(false) {
+            how += ", ECHO.HOLD <schedule> <retry after>";
+        }
+        lanes.push(Lane {
+            title: s["title"].as_str().unwrap_or("").to_string(),
+            how,
+            calls: num(s, "calls")? as u64,
+            failed: num(s, "failed_beyond_blink")? as u64,
+            blink: num(s, "blink_failures")? as u64,
+            dead: num(s, "dead")? as u64,
+            seconds: s["seconds"].as_f64(),
+            stopped_after: s["stopped_after"].as_f64().unwrap_or(0.0),
+            max_1s: num(s, "max_1s")? as u64,
+            series: (0..calls.len())
+                .map(|i| (calls[i], failed[i], blink[i]))
+                .collect(),
+            rate: s["rate_in_force"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            adaptive: limit.starts_with("adaptive"),
+        });
+    }
+    Ok(HerdRun {
+        jobs: num(&v, "jobs")? as u64,
+        rate: num(&v, "rate")? as u64,
+        burst: num(&v, "burst")? as u64,
+        down_s: num(&v, "down_s")?,
+        bin_s: num(&v, "bin_s")?,
+        ideal_s: num(&v, "ideal_s")?,
+        workers: num(&v, "workers")? as u64,
+        lanes,
+    })
+}
+
+/// Text for SVG: the five characters XML reserves, escaped.
+fn xml(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+fn lane_totals(l: &Lane, ideal_s: f64) -> String {
+    let took = match l.seconds {
+        Some(s) => format!("done in {s:.1} s ({:.2}x the ideal)", s / ideal_s),
+        None => format!("not done after {:.0} s", l.stopped_after),
+    };
+    let dead = if l.dead > 0 {
+        format!(", {} dead", l.dead)
+    } else {
+        String::new()
+    };
+    format!(
+        "{} calls, {} failed beyond the blink's {}, {took}{dead}, at most {} retried calls in 1 s",
+        l.calls, l.failed, l.blink, l.max_1s
+    )
+}
+
+/// The lanes, one above the other, on the same axes: time in seconds after
+/// the blink, calls per bin on a square-root scale (so that a lane of 50
+/// calls per 100 ms stays readable beside a herd of thousands).
+fn herd_svg(run: &HerdRun) -> String {
+    let (width, left, right) = (1280.0, 70.0, 30.0);
+    let (lane_h, head, plot_h) = (196.0, 62.0, 106.0);
+    let top = 90.0;
+    let height = top + lane_h * run.lanes.len() as f64 + 20.0;
+    let plot_w = width - left - right;
+    // x: up to the last finishing lane (rounded up to 5 s), at least twice the ideal
+    let finished = run
+        .lanes
+        .iter()
+        .filter_map(|l| l.seconds)
+        .fold(2.0 * run.ideal_s, f64::max);
+    let x_max = (finished / 5.0).ceil() * 5.0;
+    let y_max = run
+        .lanes
+        .iter()
+        .flat_map(|l| l.series.iter().map(|&(c, _, b)| c - b))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let y_top = y_max.sqrt();
+    let sx = |t: f64| left + plot_w * t.min(x_max) / x_max;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif">"#
+    );
+    let _ = writeln!(s, r##"<rect width="{width}" height="{height}" fill="#ffffff"/>"##);
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="28" font-size="18" font-weight="bold" text-anchor="middle">The herd against a dependency: {} jobs fail in a blink; it is down {:.0} s, then serves {}/s (bucket {})</text>"#,
+        width / 2.0,
+        run.jobs,
+        run.down_s,
+        run.rate,
+        run.burst
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{:.1}" y="50" font-size="12" text-anchor="middle" fill="#444">the dependency's calls per {:.0} ms after the blink: green served, red failed (the blink's own {} first calls, at 0 s, are left out); ideal finish {:.0} s</text>"##,
+        width / 2.0,
+        run.bin_s * 1000.0,
+        run.jobs,
+        run.ideal_s
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{:.1}" y="68" font-size="12" text-anchor="middle" fill="#444">{} worker threads on the stream protocol, the server's own promotion every 10 ms; one real run of make bench BENCH_ARGS="--only herd"</text>"##,
+        width / 2.0,
+        run.workers
+    );
+    let capacity = run.rate as f64 * run.bin_s;
+    for (i, l) in run.lanes.iter().enumerate() {
+        let y_lane = top + lane_h * i as f64;
+        let y0 = y_lane + head + plot_h; // the x axis
+        let sy = |n: f64| y0 - plot_h * n.max(0.0).sqrt() / y_top;
+        let _ = writeln!(
+            s,
+            r#"<text x="{left:.1}" y="{:.1}" font-size="15" font-weight="bold">{}. {}</text>"#,
+            y_lane + 16.0,
+            i + 1,
+            xml(&l.title)
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{left:.1}" y="{:.1}" font-size="12" fill="#444">{}</text>"##,
+            y_lane + 33.0,
+            xml(&l.how)
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{left:.1}" y="{:.1}" font-size="12" fill="#222">{}</text>"##,
+            y_lane + 50.0,
+            xml(&lane_totals(l, run.ideal_s))
+        );
+        // y grid (square-root scale) and labels
+        for tick in [0.0, capacity, 200.0, 500.0, 1000.0, 2000.0, 5000.0] {
+            if tick > y_max * 1.02 && tick != capacity {
+                continue;
+            }
+            let y = sy(tick);
+            let (stroke, dash) = if tick == capacity {
+                ("#2b6cb0", r#" stroke-dasharray="5 4""#)
+            } else {
+                ("#e3e3e3", "")
+            };
+            let _ = writeln!(
+                s,
+                r#"<line x1="{left:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{stroke}"{dash}/>"#,
+                left + plot_w
+            );
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end" fill="#444">{tick:.0}</text>"##,
+                left - 6.0,
+                y + 3.5
+            );
+        }
+        // the dependency comes back up
+        let xu = sx(run.down_s);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xu:.1}" y1="{:.1}" x2="{xu:.1}" y2="{y0:.1}" stroke="#888" stroke-dasharray="2 3"/>"##,
+            y0 - plot_h
+        );
+        // areas: calls (served + failed, blink left out), then the failed over them
+        let step = |pick: &dyn Fn(&(u64, u64, u64)) -> u64, color: &str| -> String {
+            let mut d = format!("M{left:.1},{y0:.1}");
+            for (b, bin) in l.series.iter().enumerate() {
+                let t0 = b as f64 * run.bin_s;
+                if t0 >= x_max {
+                    break;
+                }
+                let y = sy(pick(bin) as f64);
+                let _ = write!(d, " L{:.1},{y:.1} L{:.1},{y:.1}", sx(t0), sx(t0 + run.bin_s));
+            }
+            let last = (l.series.len() as f64 * run.bin_s).min(x_max);
+            let _ = write!(d, " L{:.1},{y0:.1} Z", sx(last));
+            format!(r#"<path d="{d}" fill="{color}"/>"#)
+        };
+        let _ = writeln!(s, "{}", step(&|&(c, _, b)| c - b, "#3a9d5d"));
+        let _ = writeln!(s, "{}", step(&|&(_, f, _)| f, "#d1495b"));
+        if l.adaptive && !l.rate.is_empty() {
+            let mut d = String::new();
+            for (j, &(t, r)) in l.rate.iter().enumerate() {
+                if t > x_max {
+                    break;
+                }
+                let _ = write!(
+                    d,
+                    "{}{:.1},{:.1}",
+                    if j == 0 { "M" } else { " L" },
+                    sx(t),
+                    sy(r * run.bin_s)
+                );
+            }
+            let _ = writeln!(
+                s,
+                r##"<path d="{d}" fill="none" stroke="#6b3fa0" stroke-width="1.5"/>"##
+            );
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end" fill="#6b3fa0">purple line: the adaptive rate in force (per {:.0} ms), from ECHO.LIMITS</text>"##,
+                left + plot_w,
+                y0 - plot_h + 10.0,
+                run.bin_s * 1000.0
+            );
+        }
+        // where the lane runs past the axis
+        let end = l.series.len() as f64 * run.bin_s;
+        if end > x_max {
+            let after: u64 = l
+                .series
+                .iter()
+                .skip((x_max / run.bin_s) as usize)
+                .map(|&(c, _, _)| c)
+                .sum();
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end" fill="#d1495b">off the axis: {after} more calls, the last at {end:.0} s &#8594;</text>"##,
+                left + plot_w,
+                y0 - plot_h + 10.0
+            );
+        }
+        // x axis, ticks every 5 s
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left:.1}" y1="{y0:.1}" x2="{:.1}" y2="{y0:.1}" stroke="#222"/>"##,
+            left + plot_w
+        );
+        let mut t = 0.0;
+        while t <= x_max + 1e-9 {
+            let x = sx(t);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x:.1}" y1="{y0:.1}" x2="{x:.1}" y2="{:.1}" stroke="#222"/><text x="{x:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="#444">{t:.0} s</text>"##,
+                y0 + 4.0,
+                y0 + 15.0
+            );
+            t += 5.0;
+        }
+    }
+    let _ = writeln!(
+        s,
+        r##"<text x="{:.1}" y="{:.1}" font-size="11" fill="#444" transform="rotate(-90 {:.1} {:.1})" text-anchor="middle">calls per {:.0} ms (square-root scale; dashed blue: the dependency's {}/s)</text>"##,
+        18.0,
+        top + lane_h * run.lanes.len() as f64 / 2.0,
+        18.0,
+        top + lane_h * run.lanes.len() as f64 / 2.0,
+        run.bin_s * 1000.0,
+        run.rate
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Scene 2: draws target/bench/herd-limits.json (or --herd-json) when it
+/// exists; says how to make it otherwise.
+fn herd_scene() -> Result<(), Box<dyn std::error::Error>> {
+    let json = PathBuf::from(arg_or_env(
+        "--herd-json",
+        "ECHOMQ_DEMO_HERD_JSON",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/target/bench/herd-limits.json"),
+    ));
+    let svg_path = PathBuf::from(arg_or_env(
+        "--herd-svg",
+        "ECHOMQ_DEMO_HERD_SVG",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/target/demo/herd-limits.svg"),
+    ));
+    println!();
+    println!("Scene 2: the herd against a dependency (from one run of the benchmark).");
+    if !json.exists() {
+        println!(
+            "  {} is missing: run make bench BENCH_ARGS=\"--only herd\" (about 5 minutes; add --quick for a small run), then make demo again.",
+            json.display()
+        );
+        return Ok(());
+    }
+    let run = read_herd(&json)?;
+    println!(
+        "  {} jobs fail in a blink; the dependency is down {:.0} s, then serves {}/s; ideal finish {:.0} s.",
+        run.jobs, run.down_s, run.rate, run.ideal_s
+    );
+    for (i, l) in run.lanes.iter().enumerate() {
+        println!("  {}. {:<44} {}", i + 1, l.title, lane_totals(l, run.ideal_s));
+    }
+    if let Some(dir) = svg_path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&svg_path, herd_svg(&run))?;
+    let shown = std::fs::canonicalize(&svg_path).unwrap_or(svg_path);
+    println!("  SVG: {}", shown.display());
     Ok(())
 }

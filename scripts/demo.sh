@@ -5,13 +5,21 @@
 # with equal jitter, each cohort in one MULTI/EXEC, reads the fire times back
 # with ECHO.SPREAD, and draws the three histograms in the terminal and as an
 # SVG (target/demo/herd.svg).
+# Then a second scene, from one real run of the benchmark's herd section
+# (`make bench BENCH_ARGS="--only herd"`, which writes
+# target/bench/herd-limits.json): the dependency's calls and failures per
+# 100 ms under five retry strategies, one lane each, as an SVG
+# (target/demo/herd-limits.svg; docs/herd-limits.svg is one such run). Without
+# that file the scene says how to make it and the demo goes on.
 #
 # ECHOMQ_DEMO_PORT=N: use port N. If a server with echomq already answers
 # there, the demo uses it (and only writes, then deletes, its own keys);
 # otherwise it starts its own server on that port.
 # ECHOMQ_DEMO_SVG=path: where to write the SVG.
-# The last line printed is `peak without jitter: 100, peak with full jitter: N,
-# peak with equal jitter: M`.
+# ECHOMQ_DEMO_HERD_JSON=path, ECHOMQ_DEMO_HERD_SVG=path: the second scene's
+# input and output.
+# The first scene ends with the line `peak without jitter: 100, peak with full
+# jitter: N, peak with equal jitter: M`.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -3,7 +3,9 @@
 A dependency blinks: N jobs (10,000; --herd-jobs, or 2,000 with --quick)
 are in flight at once (added to a stream queue and taken by one consumer,
 as if each were in a worker's hands), and the first call of each fails:
-each failure is step 4 of the protocol below, all pipelined. The
+the failures are step 4 of the protocol below for 100 jobs per MULTI/EXEC,
+pipelined, so the blink is over in a fraction of a second (its length and
+the first retried call's time are in the JSON). The
 dependency stays down for 1 s after that (answering "unavailable, retry
 after <ms until it is up>"), then serves RATE calls a second from a token
 bucket of BURST (500/s, 50), answering "overloaded, retry after <ms until
@@ -51,6 +53,7 @@ LIMIT = "500/s 50"
 ADAPTIVE = "adaptive:10000/s 50"
 LEASE_MS = 30000
 BLINK_BATCH = 100  # jobs failed in one MULTI/EXEC during the blink
+BLINK_CHUNK = 500  # jobs failed in one write during the blink
 JSON_PATH = os.path.join(SCRIPTS, "..", "target", "bench", "herd-limits.json")
 
 # (short name, title, policy, release limit or None, hold on retry-after)
@@ -225,48 +228,49 @@ def run_strategy(bench, k, strategy, n, workers, deadline_s):
     limits = []
     # The blink: the first call of every job fails, and the failures are step
     # 4 of the protocol for BLINK_BATCH jobs at a time (their ECHO.RETRYs, one
-    # XACK and one XDEL of their entries in one MULTI/EXEC; with the hold, one
-    # ECHO.HOLD first), pipelined on a connection of its own. Encoded
-    # beforehand, replies read back in bulk up to a final ECHO: the blink
-    # takes the server's time, not this process's (whose workers share one
-    # interpreter lock), so it is over in a fraction of a second.
-    blink = Conn(bench.port)
+    # XACK and one XDEL of their entries in one MULTI/EXEC), as if that many
+    # workers failed at once. With the hold, the failures first hold the
+    # schedule for what the dependency answered (one ECHO.HOLD: the same
+    # answer for all). Encoded beforehand, on a connection of its own: the
+    # blink takes the server's time, a fraction of a second.
     batches = []
     for lo in range(0, n, BLINK_BATCH):
         part = in_flight[lo:lo + BLINK_BATCH]
         ids = [entry_id for entry_id, _ in part]
-        batches.append(([job for _, job in part], b"".join(
+        batches.append(b"".join(
             [encode(["MULTI"])] +
             [encode(["ECHO.RETRY", run.sched, job, policy, 1, "MAXATTEMPTS", MAX_ATTEMPTS,
                      "DEAD", run.dead]) for _, job in part] +
             [encode(["XACK", run.pend, "workers"] + ids), encode(["XDEL", run.pend] + ids),
-             encode(["EXEC"])])))
-    marker = b"herd-blink-%d" % k
+             encode(["EXEC"])]))
+    blink = Conn(bench.port)
     run.t0 = time.monotonic()
     run.dep = Dependency(run.t0)
-    for jobs, tx in batches:
-        out = []
-        hold_ms = 0
-        for job in jobs:
-            run.attempts[job] = 1
-            hold_ms = max(hold_ms, run.dep.call(1)[1])
-        if hold and hold_ms > 0:
-            out.append(encode(["ECHO.HOLD", run.sched, hold_ms]))
-            run.holds += 1
-        out.append(tx)
-        blink.sock.sendall(b"".join(out))
-    blink.sock.sendall(encode(["ECHO", marker]))
-    end = b"$%d\r\n%s\r\n" % (len(marker), marker)
-    got = bytearray()
-    while not got.endswith(end):
-        part = blink.sock.recv(1 << 20)
-        if not part:
-            raise ConnectionError("herd: the server closed the blink's connection")
-        got += part
+    hold_ms = 0
+    for _, job in in_flight:
+        run.attempts[job] = 1
+        hold_ms = max(hold_ms, run.dep.call(1)[1])
+    if hold and hold_ms > 0:
+        blink.call("ECHO.HOLD", run.sched, hold_ms)
+        run.holds += 1
+    # BLINK_CHUNK jobs a write, each write's replies read (in bulk, up to a
+    # final ECHO) before the next.
+    per = BLINK_CHUNK // BLINK_BATCH
+    for i in range(0, len(batches), per):
+        marker = b"herd-blink-%d" % i
+        blink.sock.sendall(b"".join(batches[i:i + per]) + encode(["ECHO", marker]))
+        end = b"$%d\r\n%s\r\n" % (len(marker), marker)
+        got = bytearray()
+        while not got.endswith(end):
+            part = blink.sock.recv(1 << 20)
+            if not part:
+                raise ConnectionError("herd: the server closed the blink's connection")
+            got += part
+        if b"\r\n-" in got or got.startswith(b"-"):
+            at = max(0, got.find(b"\r\n-"))
+            raise RuntimeError("herd %s: the blink got an error: %r"
+                               % (short, bytes(got[at:at + 120])))
     blink.close()
-    if b"\r\n-" in got or got.startswith(b"-"):
-        at = got.find(b"\r\n-")
-        raise RuntimeError("herd %s: the blink got an error: %r" % (short, bytes(got[at:at + 120])))
     blink_s = time.monotonic() - run.t0
     sampler_stop = threading.Event()
 
@@ -325,7 +329,8 @@ def run_strategy(bench, k, strategy, n, workers, deadline_s):
         "seconds": run.last_done if finished else None,
         "stopped_after": None if finished else deadline_s,
         "max_100ms": sliding_max(retried, 0.1), "max_1s": sliding_max(retried, 1.0),
-        "holds": run.holds, "blink_s": blink_s, "limits_at_end": stats, "rate_in_force": limits,
+        "holds": run.holds, "blink_s": blink_s,
+        "first_retried_call_s": retried[0] if retried else None, "limits_at_end": stats, "rate_in_force": limits,
         "series": series,
     }
 
@@ -378,7 +383,8 @@ def run(bench):
     section = "herd vs a dependency (%d jobs, %d workers)" % (n, workers)
     for r in results:
         if r["finished"]:
-            took = "%.1f s (%.2f× ideal %.0f s)" % (r["seconds"], r["seconds"] / ideal, ideal)
+            took = "done in %.1f s (%.2f× ideal %.0f s)" % (r["seconds"], r["seconds"] / ideal,
+                                                             ideal)
         else:
             took = "not done after %.0f s (%d of %d)" % (deadline, r["done"] + r["dead"], n)
         goal = ""
@@ -397,7 +403,7 @@ def run(bench):
             f = jit["failed_beyond_blink"] / max(1, r["failed_beyond_blink"])
             goal = "≥200× fewer failed than jitter (%.0f×): %s" % (f, ok(f >= 200))
         bench.add(section, r["title"], r["failed_beyond_blink"],
-                  "failed calls beyond the blink's %d; %d calls in all; done in %s; "
+                  "failed calls beyond the blink's %d; %d calls in all; %s; "
                   "dead %d; most retried calls in 100 ms %d, in 1 s %d"
                   % (r["blink_failures"], r["calls"], took, r["dead"], r["max_100ms"],
                      r["max_1s"]), goal=goal)
