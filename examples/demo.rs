@@ -342,7 +342,8 @@ struct HerdRun {
 fn read_herd(path: &std::path::Path) -> Result<HerdRun, Box<dyn std::error::Error>> {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
     let num = |v: &serde_json::Value, k: &str| -> Result<f64, String> {
-        v[k].as_f64().ok_or_else(|| format!("{}: no number '{k}'", path.display()))
+        v[k].as_f64()
+            .ok_or_else(|| format!("{}: no number '{k}'", path.display()))
     };
     let mut lanes = Vec::new();
     for s in v["strategies"].as_array().ok_or("no strategies")? {
@@ -452,7 +453,10 @@ fn herd_svg(run: &HerdRun) -> String {
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif">"#
     );
-    let _ = writeln!(s, r##"<rect width="{width}" height="{height}" fill="#ffffff"/>"##);
+    let _ = writeln!(
+        s,
+        r##"<rect width="{width}" height="{height}" fill="#ffffff"/>"##
+    );
     let _ = writeln!(
         s,
         r#"<text x="{:.1}" y="28" font-size="18" font-weight="bold" text-anchor="middle">The herd against a dependency: {} jobs fail in a blink; it is down {:.0} s, then serves {}/s (bucket {})</text>"#,
@@ -539,7 +543,12 @@ fn herd_svg(run: &HerdRun) -> String {
                     break;
                 }
                 let y = sy(pick(bin) as f64);
-                let _ = write!(d, " L{:.1},{y:.1} L{:.1},{y:.1}", sx(t0), sx(t0 + run.bin_s));
+                let _ = write!(
+                    d,
+                    " L{:.1},{y:.1} L{:.1},{y:.1}",
+                    sx(t0),
+                    sx(t0 + run.bin_s)
+                );
             }
             let last = (l.series.len() as f64 * run.bin_s).min(x_max);
             let _ = write!(d, " L{:.1},{y0:.1} Z", sx(last));
@@ -649,7 +658,12 @@ fn herd_scene() -> Result<(), Box<dyn std::error::Error>> {
         run.jobs, run.down_s, run.rate, run.ideal_s
     );
     for (i, l) in run.lanes.iter().enumerate() {
-        println!("  {}. {:<44} {}", i + 1, l.title, lane_totals(l, run.ideal_s));
+        println!(
+            "  {}. {:<44} {}",
+            i + 1,
+            l.title,
+            lane_totals(l, run.ideal_s)
+        );
     }
     if let Some(dir) = svg_path.parent() {
         std::fs::create_dir_all(dir)?;
