@@ -209,21 +209,24 @@ def run_strategy(bench, k, strategy, n, workers, deadline_s):
     c.call("CONFIG", "SET", "echomq.release-limits",
            "%s %s" % (run.sched, limit) if limit else "")
     c.call("CONFIG", "SET", "echomq.auto-promote", "%s %s" % (run.sched, run.pend))
-    # The jobs, all due at once: in the stream, and taken (in flight) by the
-    # consumer "blink", as if each were in a worker's hands when the
-    # dependency blinks.
-    for lo in range(0, n, 1000):
-        c.pipeline([["XADD", run.pend, "*", "job", "job-%d" % i]
-                    for i in range(lo, min(n, lo + 1000))])
-    r = c.call("XREADGROUP", "GROUP", "workers", "blink", "COUNT", n, "STREAMS", run.pend, ">")
-    in_flight = [(entry_id, dict(zip(f[::2], f[1::2]))[b"job"]) for entry_id, f in r[0][1]]
-    if len(in_flight) != n:
-        raise RuntimeError("herd %s: %d in flight, expected %d" % (short, len(in_flight), n))
+    # The workers first: each starts with a takeover (XAUTOCLAIM), which walks
+    # the group's pending entries; started with the blink's 10,000 pending,
+    # they would spend the blink walking them (a few hundred ms, ten entries a
+    # call) instead of taking the first retries.
     threads = [threading.Thread(target=run.worker, args=(i,), daemon=True)
                for i in range(workers)]
     for t in threads:
         t.start()
-    time.sleep(0.3)  # every worker blocked in XREADGROUP
+    time.sleep(0.3)  # every worker past its takeover and blocked in XREADGROUP
+    # The jobs, all due at once: added to the stream and taken (in flight) by
+    # the consumer "blink" in one transaction, so that no worker gets one, as
+    # if each were in a worker's hands when the dependency blinks.
+    r = c.pipeline([["MULTI"]] + [["XADD", run.pend, "*", "job", "job-%d" % i] for i in range(n)]
+                   + [["XREADGROUP", "GROUP", "workers", "blink", "COUNT", n, "STREAMS",
+                       run.pend, ">"], ["EXEC"]])[-1][-1]
+    in_flight = [(entry_id, dict(zip(f[::2], f[1::2]))[b"job"]) for entry_id, f in r[0][1]]
+    if len(in_flight) != n:
+        raise RuntimeError("herd %s: %d in flight, expected %d" % (short, len(in_flight), n))
     # the limiter's series (adaptive: the rate in force), sampled every 100 ms
     limits = []
     # The blink: the first call of every job fails, and the failures are step
