@@ -36,6 +36,7 @@ which examples/demo.rs draws as docs/herd-limits.svg.
 import json
 import math
 import os
+import sys
 import threading
 import time
 
@@ -333,7 +334,8 @@ def run_strategy(bench, k, strategy, n, workers, deadline_s):
         "stopped_after": None if finished else deadline_s,
         "max_100ms": sliding_max(retried, 0.1), "max_1s": sliding_max(retried, 1.0),
         "holds": run.holds, "blink_s": blink_s,
-        "first_retried_call_s": retried[0] if retried else None, "limits_at_end": stats, "rate_in_force": limits,
+        "first_retried_call_s": retried[0] if retried else None, "limits_at_end": stats,
+        "rate_in_force": limits,
         "series": series,
     }
 
@@ -365,7 +367,7 @@ def run(bench):
                   (r["name"], r["calls"], r["failed_beyond_blink"],
                    "%.2f s" % r["seconds"] if r["finished"] else
                    "stopped after %.0f s with %d done" % (deadline, r["done"]),
-                   r["dead"], r["max_100ms"], r["max_1s"]), file=__import__("sys").stderr)
+                   r["dead"], r["max_100ms"], r["max_1s"]), file=sys.stderr)
     finally:
         c.call("CONFIG", "SET", "echomq.auto-promote", "", "echomq.release-limits", "")
         for name, value in saved.items():
