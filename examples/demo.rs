@@ -647,7 +647,7 @@ fn herd_scene() -> Result<(), Box<dyn std::error::Error>> {
     println!("Scene 2: the herd against a dependency (from one run of the benchmark).");
     if !json.exists() {
         println!(
-            "  {} is missing: run make bench BENCH_ARGS=\"--only herd\" (about 5 minutes; add --quick for a small run), then make demo again.",
+            "  {} is missing: run make bench BENCH_ARGS=\"--only herd\" (about 4 minutes, or BENCH_ARGS=\"--only herd --quick\", about 1), then make demo again.",
             json.display()
         );
         return Ok(());

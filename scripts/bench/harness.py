@@ -213,10 +213,11 @@ def report(b, elapsed):
     print("echomq-web: 500 queues; wall time per GET over one keep-alive connection, %d rounds"
           % b.rounds)
     print("(order rotating); commands and server µs of one scrape from INFO commandstats.")
-    print("Herd: one run per strategy, back to back on fresh keys; the simulated dependency and the")
-    print("worker threads live in the benchmark process (scripts/bench/herd.py says how); the blink's")
-    print("first calls are not counted in the failures or the window maxima; the series are written")
-    print("to %s." % getattr(b, "herd_json_written", "target/bench/herd-limits.json"))
+    if getattr(b, "herd_json_written", None):
+        print("Herd: one run per strategy, back to back on fresh keys; the simulated dependency and")
+        print("the worker threads live in the benchmark process (scripts/bench/herd.py says how); the")
+        print("blink's first calls are not counted in the failures or the window maxima; the series")
+        print("are written to %s." % b.herd_json_written)
     print()
     print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
     print("|---|---|---:|---:|---|---:|---|---|")
