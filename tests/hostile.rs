@@ -304,3 +304,43 @@ fn hostile_bytes_in_every_argument_get_a_printable_answer() {
         let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "");
     }
 }
+
+/// In a cluster a pair whose keys hash to different slots is refused by
+/// every primary's timer, logged escaped, and no node goes down.
+#[test]
+fn a_cross_slot_pair_with_hostile_names_is_logged_escaped_on_every_primary() {
+    if !is_valkey(&mut Server::start().conn()) {
+        eprintln!("SKIPPED: the test cluster is built with valkey-cli (Valkey only)");
+        return;
+    }
+    let cluster = common::cluster::Cluster::start();
+    let names = hostile();
+    let mut value = Vec::new();
+    for (i, (part, _)) in names.iter().enumerate() {
+        value.extend_from_slice(&name(&format!("s{i}"), part, ":s "));
+        value.extend_from_slice(&name(&format!("p{i}"), part, ":p "));
+    }
+    for node in &cluster.nodes {
+        let _: () = q!(&mut node.conn(), "CONFIG", "SET", "echomq.auto-promote", &value);
+    }
+    for i in cluster.primaries() {
+        let mut con = cluster.conn(i);
+        wait_errors(&mut con, names.len() as u64);
+    }
+    for (n, node) in cluster.nodes.iter().enumerate() {
+        assert!(node.is_up(), "node {n} went down");
+        let pong: String = q!(&mut node.conn(), "PING");
+        assert_eq!(pong, "PONG");
+    }
+    for i in cluster.primaries() {
+        let log = cluster.nodes[i].log();
+        for (k, (_, shown)) in names.iter().enumerate() {
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains(&format!("'{{s{k}}}{shown}")))
+                .collect();
+            assert_eq!(lines.len(), 1, "primary {i}, pair {k} ({shown}):\n{lines:?}");
+            assert!(lines[0].contains("CROSSSLOT"), "{}", lines[0]);
+        }
+    }
+}
