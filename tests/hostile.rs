@@ -321,7 +321,13 @@ fn a_cross_slot_pair_with_hostile_names_is_logged_escaped_on_every_primary() {
         value.extend_from_slice(&name(&format!("p{i}"), part, ":p "));
     }
     for node in &cluster.nodes {
-        let _: () = q!(&mut node.conn(), "CONFIG", "SET", "echomq.auto-promote", &value);
+        let _: () = q!(
+            &mut node.conn(),
+            "CONFIG",
+            "SET",
+            "echomq.auto-promote",
+            &value
+        );
     }
     for i in cluster.primaries() {
         let mut con = cluster.conn(i);
@@ -339,7 +345,11 @@ fn a_cross_slot_pair_with_hostile_names_is_logged_escaped_on_every_primary() {
                 .lines()
                 .filter(|l| l.contains(&format!("'{{s{k}}}{shown}")))
                 .collect();
-            assert_eq!(lines.len(), 1, "primary {i}, pair {k} ({shown}):\n{lines:?}");
+            assert_eq!(
+                lines.len(),
+                1,
+                "primary {i}, pair {k} ({shown}):\n{lines:?}"
+            );
             assert!(lines[0].contains("CROSSSLOT"), "{}", lines[0]);
         }
     }
