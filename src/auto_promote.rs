@@ -28,7 +28,7 @@ use crate::cluster;
 use crate::errors::{PAIR_CROSSSLOT, PAIR_FAILED, PAIR_WRONGTYPE};
 use crate::parse::{self, Pair};
 use crate::promotion::{self, Moved, TimeLimit};
-use crate::server::config::{self, ApplyConfigs, NumericConfig, StringConfig};
+use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::OwnedName;
 use crate::server::timer::{self, OnTimer, TimerId};
 use crate::server::{clock, context, log};
@@ -145,27 +145,8 @@ impl StringConfig for Pairs {
     }
 }
 
-/// An integer config kept in a field of the state; the server checks the
-/// declared range `1..=max` before `set`, the clamp only restates it.
-macro_rules! numeric_config {
-    ($config:ident, $field:ident, $max:expr) => {
-        struct $config;
-
-        impl NumericConfig for $config {
-            fn get() -> i64 {
-                state().$field
-            }
-
-            fn set(value: i64) -> Result<(), &'static str> {
-                state().$field = value.clamp(1, $max);
-                Ok(())
-            }
-        }
-    };
-}
-
-numeric_config!(IntervalMs, interval_ms, MAX_INTERVAL_MS);
-numeric_config!(Limit, limit, MAX_LIMIT);
+numeric_config!(IntervalMs, state, interval_ms, 1, MAX_INTERVAL_MS);
+numeric_config!(Limit, state, limit, 1, MAX_LIMIT);
 
 /// After a CONFIG SET of any of the three (once per command): a new pair
 /// list or interval takes effect at once, an empty list disarms the timer.
