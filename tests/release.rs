@@ -569,6 +569,40 @@ fn schedule_is_a_retry_that_is_not_a_failure() {
         assert_eq!(digest(&mut p), before, "{args:?} wrote");
     }
 
+    // The same keyspace events as the equivalent ECHO.RETRY, options and all.
+    let events_server = Server::start();
+    let calls = |con: &mut Connection, prefix: &str, schedule: bool| {
+        let key = format!("{prefix}:s");
+        for (job, delay, option) in [
+            ("a", 1000, None),
+            ("a", 5000, Some("GT")),
+            ("b", 0, Some("XX")),
+        ] {
+            let mut cmd = if schedule {
+                cmd!("ECHO.SCHEDULE", &key, job, delay)
+            } else {
+                cmd!("ECHO.RETRY", &key, job, format!("fixed:{delay}"), 1)
+            };
+            if let Some(option) = option {
+                cmd.arg(option);
+            }
+            let _: i64 = cmd.query(con).expect("a scheduled job");
+        }
+    };
+    let scheduled = events(&events_server, "{e1}", |con| calls(con, "{e1}", true));
+    let retried = events(&events_server, "{e2}", |con| calls(con, "{e2}", false));
+    assert_eq!(scheduled.len(), retried.len(), "{scheduled:?} {retried:?}");
+    assert_eq!(
+        scheduled
+            .iter()
+            .map(|e| e.replace("{e1}", ""))
+            .collect::<Vec<_>>(),
+        retried
+            .iter()
+            .map(|e| e.replace("{e2}", ""))
+            .collect::<Vec<_>>()
+    );
+
     // Not a failure: 200 ECHO.SCHEDULE calls against an adaptive limit that
     // released 10 change nothing; 200 ECHO.RETRY calls halve it.
     let server = Server::start();
