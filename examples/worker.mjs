@@ -55,6 +55,10 @@ try {
 // The promoter sleeps at most this long, so retries scheduled meanwhile are
 // picked up within this much of their fire time.
 const PROMOTER_CAP_MS = 50;
+// How long the promoter pauses when a job is due yet stayed in the schedule: a
+// hold (ECHO.HOLD) or a release limit kept it there, and asking again at once
+// would only spin.
+const PROMOTER_HELD_MS = 10;
 const PROMOTE_LIMIT = 1000;
 // One entry per read or claim: an entry's idle time (what the lease is
 // measured against) runs from its delivery, so entries waiting in a worker's
@@ -582,7 +586,8 @@ async function main() {
         });
         const nowMs = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
         // Sleep by the server's clock, but never past the cap.
-        const wait = next.length ? Math.min(Math.max(Number(next[1]) - nowMs, 0), PROMOTER_CAP_MS) : PROMOTER_CAP_MS;
+        const dueInMs = next.length ? Number(next[1]) - nowMs : PROMOTER_CAP_MS;
+        const wait = dueInMs <= 0 ? PROMOTER_HELD_MS : Math.min(dueInMs, PROMOTER_CAP_MS);
         await sleep(wait);
       }
     } finally {

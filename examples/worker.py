@@ -117,6 +117,10 @@ except ImportError:  # redis-py speaks the same protocol
 # The promoter sleeps at most this long, so retries scheduled meanwhile are
 # picked up within this much of their fire time.
 PROMOTER_CAP_S = 0.05
+# How long the promoter pauses when a job is due yet stayed in the schedule: a
+# hold (ECHO.HOLD) or a release limit kept it there, and asking again at once
+# would only spin.
+PROMOTER_HELD_S = 0.01
 PROMOTE_LIMIT = 1000
 # One entry per read or claim: an entry's idle time (what the lease is
 # measured against) runs from its delivery, so entries waiting in a worker's
@@ -490,7 +494,8 @@ class Worker:
             nxt, (secs, micros) = link.call(next_due)
             now_ms = secs * 1000 + micros // 1000
             if nxt:
-                wait = min(max(nxt[0][1] - now_ms, 0) / 1000.0, PROMOTER_CAP_S)
+                due_in_ms = nxt[0][1] - now_ms
+                wait = PROMOTER_HELD_S if due_in_ms <= 0 else min(due_in_ms / 1000.0, PROMOTER_CAP_S)
             else:
                 wait = PROMOTER_CAP_S
             # Sleep by the server's clock, but wake at once when told to stop.

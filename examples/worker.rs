@@ -64,6 +64,10 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>
 /// The promoter sleeps at most this long: a retry scheduled while it sleeps
 /// is picked up within this much of its fire time.
 const PROMOTER_CAP: Duration = Duration::from_millis(50);
+/// How long the promoter pauses when a job is due yet stayed in the schedule:
+/// a hold (ECHO.HOLD) or a release limit kept it there, and asking again at
+/// once would only spin.
+const PROMOTER_HELD: Duration = Duration::from_millis(10);
 /// Entries read or taken over per call: one. An entry's idle time, which
 /// the lease is measured against, runs from its delivery; entries waiting in
 /// a worker's own batch would age there and be taken over from a live
@@ -841,7 +845,8 @@ fn pending_owner(
 }
 
 /// Moves due retries to pending, then sleeps until the next one is due by
-/// the server's clock (at most PROMOTER_CAP, so new retries are seen).
+/// the server's clock (at most PROMOTER_CAP, so new retries are seen), or
+/// PROMOTER_HELD when a due job stayed (held or limited).
 fn promote(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
     const LIMIT: i64 = 1000;
     let mut link = Link::new(cfg, &format!("{}-promoter", cfg.name));
@@ -869,9 +874,9 @@ fn promote(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
         })?;
         let now_ms = secs * 1000 + micros / 1000;
         let wait = match next.first() {
+            Some((_, fire_at_ms)) if (*fire_at_ms as i64) <= now_ms => PROMOTER_HELD,
             Some((_, fire_at_ms)) => {
-                let ms = (*fire_at_ms as i64 - now_ms).max(0) as u64;
-                Duration::from_millis(ms).min(PROMOTER_CAP)
+                Duration::from_millis((*fire_at_ms as i64 - now_ms) as u64).min(PROMOTER_CAP)
             }
             None => PROMOTER_CAP,
         };
