@@ -673,7 +673,7 @@ fn auto_promotion_runs_on_each_owner_and_on_the_new_primary_after_failover() {
     );
     let log = cluster.nodes[first].log();
     assert!(
-        log.contains("{east}:schedule {west}:pending: CROSSSLOT"),
+        log.contains("'{east}:schedule' '{west}:pending': CROSSSLOT"),
         "{log}"
     );
     let (tag, _) = &queues[0];
