@@ -324,7 +324,7 @@ fn work(cfg: &Config, job: &str, attempt: u64) -> Outcome {
     if !cfg.work.is_zero() {
         thread::sleep(cfg.work);
     }
-    if cfg.overload_every > 0 && attempt % cfg.overload_every == 0 {
+    if cfg.overload_every > 0 && attempt.is_multiple_of(cfg.overload_every) {
         Outcome::Overloaded(cfg.retry_after_ms)
     } else if attempt <= failures(job, cfg.fail_first) {
         Outcome::Failed
