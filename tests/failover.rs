@@ -176,15 +176,20 @@ fn schedule_jobs(con: &mut Connection, queue: &str) {
 }
 
 /// `job-0` .. `job-(N-1)` into the schedule, due `apart_ms` apart from now
-/// by the server's clock.
+/// by the server's clock: a producer's delayed first runs, with
+/// ECHO.SCHEDULE (not a retry), all in one MULTI/EXEC.
 fn schedule_jobs_apart(con: &mut Connection, queue: &str, apart_ms: i64) {
-    let now_ms = server_time_ms(con);
-    let mut zadd = cmd!("ZADD", key(queue, "schedule"));
+    let mut pipe = redis::pipe();
+    pipe.atomic();
     for i in 0..N {
-        zadd.arg(now_ms + i as i64 * apart_ms)
-            .arg(format!("job-{i}"));
+        pipe.cmd("ECHO.SCHEDULE")
+            .arg(key(queue, "schedule"))
+            .arg(format!("job-{i}"))
+            .arg(i as i64 * apart_ms);
     }
-    let _: i64 = run(con, &zadd);
+    let fire_at: Vec<i64> = pipe.query(con).expect("ECHO.SCHEDULE");
+    assert_eq!(fire_at.len(), N);
+    assert_eq!(echomq_stat(con, "echomq_scheduled"), N as u64);
 }
 
 fn done_count(con: &mut Connection, queue: &str) -> Result<u64, String> {
