@@ -211,6 +211,7 @@ mod tests {
             in_flight: n + 3,
             dead: n + 4,
             spread: vec![],
+            release: None,
         }
     }
 
