@@ -499,7 +499,7 @@ pub fn stream_queue(
 ) -> (i64, i64) {
     let p = format!("{{{q}}}:pending");
     for group in ["workers", "audit"] {
-        let _: () = q!(con, "XGROUP", "CREATE", &p, group, "$", "MKSTREAM");
+        let _: () = q!(con, "XGROUP", "CREATE", &p, group, "0", "MKSTREAM");
     }
     for i in 0..entries {
         let _: String = q!(con, "XADD", &p, "*", "job", format!("{q}-{i}"));
