@@ -262,7 +262,7 @@ def ticks_over_limited_pairs(bench):
                       samples=per_sec[vid], fmt="%.1f")
             continue
         v = med(per_tick[vid])
-        unit = ("µs server CPU per tick (%.0f ticks/s; CPU %.0f ms/s; ticks ≥ 1 ms in the "
+        unit = ("µs server CPU per tick (%.1f ticks/s; CPU %.0f ms/s; ticks ≥ 1 ms in the "
                 "latency monitor: %d per round, max %d ms)"
                 % (med(tps[vid]), med(per_sec[vid]), med(slow[vid]), worst[vid]))
         ratio, goal = "", ""
