@@ -70,7 +70,7 @@ web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_
 # Unit and property tests, then integration tests against real servers; then
 # the core suites again against Redis 7 when redis-server is installed (CI
 # installs it).
-REDIS_SUITES := --test commands --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz
+REDIS_SUITES := --test commands --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz --test release
 test: build ## Run every test against real servers (and Redis 7 when installed)
 	$(CARGO) test --release --workspace
 	@if command -v redis-server >/dev/null 2>&1; then \

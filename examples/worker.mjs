@@ -21,6 +21,12 @@
 //   list              a list taken with BRPOP: simpler, but a job popped by a
 //                     worker that then dies is lost.
 //
+// A dependency that answers "overloaded, retry after N ms" (simulated with
+// --overload-every K --retry-after-ms N) is answered with ECHO.HOLD
+// {NAME}:schedule N before the job is failed as usual: one worker's hold stops
+// the release of due jobs to every worker. --seed --seed-delay-ms D gives each
+// seeded job a delayed first run with ECHO.SCHEDULE, as a producer would.
+//
 // Same keys and options as examples/worker.rs and examples/worker.py, so
 // workers in all three languages can share one queue:
 //
@@ -49,6 +55,10 @@ try {
 // The promoter sleeps at most this long, so retries scheduled meanwhile are
 // picked up within this much of their fire time.
 const PROMOTER_CAP_MS = 50;
+// How long the promoter pauses when a job is due yet stayed in the schedule: a
+// hold (ECHO.HOLD) or a release limit kept it there, and asking again at once
+// would only spin.
+const PROMOTER_HELD_MS = 10;
 const PROMOTE_LIMIT = 1000;
 // One entry per read or claim: an entry's idle time (what the lease is
 // measured against) runs from its delivery, so entries waiting in a worker's
@@ -79,6 +89,10 @@ Options (each also read from the environment variable in brackets):
   --fresh              [ECHOMQ_FRESH=1] first delete those six keys: start the
                        queue afresh (what a second --seed run needs)
   --seed               add job-0 .. job-(N-1) to {NAME}:pending first
+  --seed-delay-ms D    [ECHOMQ_SEED_DELAY_MS] default 0: with --seed, schedule
+                       each job's first run D ms ahead instead, with
+                       ECHO.SCHEDULE {NAME}:schedule <job> D (the promoter, or
+                       the server's own promotion, moves it when due)
   --layout L           [ECHOMQ_LAYOUT] stream (default) or list
   --group NAME         [ECHOMQ_GROUP] default workers: the consumer group
   --lease-ms MS        [ECHOMQ_LEASE_MS] default 30000: take over entries idle
@@ -93,6 +107,14 @@ Options (each also read from the environment variable in brackets):
   --max-attempts M     [ECHOMQ_MAX_ATTEMPTS] default 5: a job's M-th failure
                        sends it to {NAME}:dead instead of scheduling it again
   --work-ms MS         [ECHOMQ_WORK_MS] default 0: simulated work per job
+  --overload-every K   [ECHOMQ_OVERLOAD_EVERY] default 0 (never): a job's run
+                       whose attempt number is a multiple of K answers
+                       "overloaded, retry after --retry-after-ms" (before the
+                       planned failures): the worker holds the schedule with
+                       ECHO.HOLD {NAME}:schedule <ms>, so no worker gets more
+                       jobs until then, and fails the job as usual
+  --retry-after-ms MS  [ECHOMQ_RETRY_AFTER_MS] default 1000: the wait an
+                       overloaded answer asks for
   --crash-on JOB       [ECHOMQ_CRASH_ON] the process aborts when it takes that job
   --consumers C        [ECHOMQ_CONSUMERS] default 4 (each its own connection),
                        consumers <name>-<i>
@@ -137,6 +159,9 @@ function config() {
       policy: { type: "string", default: env("ECHOMQ_POLICY", "jitter:exponential:50:2000") },
       "max-attempts": { type: "string", default: env("ECHOMQ_MAX_ATTEMPTS", "5") },
       "work-ms": { type: "string", default: env("ECHOMQ_WORK_MS", "0") },
+      "overload-every": { type: "string", default: env("ECHOMQ_OVERLOAD_EVERY", "0") },
+      "retry-after-ms": { type: "string", default: env("ECHOMQ_RETRY_AFTER_MS", "1000") },
+      "seed-delay-ms": { type: "string", default: env("ECHOMQ_SEED_DELAY_MS", "0") },
       "crash-on": { type: "string", default: env("ECHOMQ_CRASH_ON", "") },
       consumers: { type: "string", default: env("ECHOMQ_CONSUMERS", "4") },
       "deadline-secs": { type: "string", default: env("ECHOMQ_DEADLINE_SECS", "60") },
@@ -175,6 +200,9 @@ function config() {
     policy: values.policy,
     maxAttempts: Math.max(1, number("max-attempts")),
     workMs: number("work-ms"),
+    overloadEvery: number("overload-every"),
+    retryAfterMs: number("retry-after-ms"),
+    seedDelayMs: number("seed-delay-ms"),
     crashOn: values["crash-on"],
     consumers: Math.max(1, number("consumers")),
     deadlineMs: number("deadline-secs") * 1000,
@@ -367,7 +395,7 @@ async function main() {
   const cfg = config();
   const k = keys(cfg.queue);
   const link = new Link(cfg, cfg.name);
-  const state = { stop: false, completed: 0, retried: 0, dead: 0, takenOver: 0, error: null };
+  const state = { stop: false, completed: 0, retried: 0, dead: 0, held: 0, takenOver: 0, error: null };
 
   if (cfg.fresh) {
     await link.call((db) => db.del(k.pending, k.schedule, k.attempts, k.done, k.doneBy, k.dead));
@@ -377,7 +405,9 @@ async function main() {
     // already is fine, a list there is explained.
     const kind = await link.call(async (db) => {
       try {
-        await db.xgroup("CREATE", k.pending, cfg.group, "$", "MKSTREAM");
+        // At 0, not $: entries a producer added before the group existed
+        // are delivered too.
+        await db.xgroup("CREATE", k.pending, cfg.group, "0", "MKSTREAM");
       } catch (e) {
         const msg = String(e.message);
         if (msg.includes("BUSYGROUP")) return null;
@@ -388,7 +418,18 @@ async function main() {
     });
     if (kind !== null) throw new Error(wrongLayout(k.pending, kind));
   }
-  if (cfg.seed && cfg.jobs > 0) {
+  if (cfg.seed && cfg.jobs > 0 && cfg.seedDelayMs > 0) {
+    const jobs = Array.from({ length: cfg.jobs }, (_, i) => `job-${i}`);
+    // A delayed first run: ECHO.SCHEDULE (not a failure, not a retry), all or
+    // nothing, so a retry after a refusal cannot seed twice.
+    const fireAt = (await link.call((db) => {
+      const multi = db.multi();
+      for (const job of jobs) multi.call("ECHO.SCHEDULE", k.schedule, job, cfg.seedDelayMs);
+      return transaction(multi);
+    })).map(Number);
+    console.log(`worker ${cfg.name}: scheduled job-0 .. job-${cfg.jobs - 1} with ECHO.SCHEDULE, ` +
+                `due at ${Math.min(...fireAt)} .. ${Math.max(...fireAt)} (server ms)`);
+  } else if (cfg.seed && cfg.jobs > 0) {
     const jobs = Array.from({ length: cfg.jobs }, (_, i) => `job-${i}`);
     // All or nothing, so a retry after a refusal cannot seed twice.
     await link.call((db) => {
@@ -399,14 +440,23 @@ async function main() {
     });
   }
 
-  // Runs `job` for its attempt-th take: true when it succeeded.
+  // Runs `job` for its attempt-th take: "done", "failed", or "overloaded"
+  // (every --overload-every-th attempt: retry after --retry-after-ms).
   async function work(job, attempt) {
     if (cfg.crashOn && job === cfg.crashOn) {
       console.error(`worker ${cfg.name}: ${job} kills its worker: aborting`);
       process.abort();
     }
     if (cfg.workMs > 0) await sleep(cfg.workMs);
-    return attempt > failures(job, cfg.failFirst);
+    if (cfg.overloadEvery > 0 && attempt % cfg.overloadEvery === 0) return "overloaded";
+    return attempt > failures(job, cfg.failFirst) ? "done" : "failed";
+  }
+
+  // ECHO.HOLD schedule ms: nothing leaves the schedule, for any worker, before
+  // the server's now + ms (a longer hold in force is kept).
+  async function hold(con) {
+    await con.call((db) => db.call("ECHO.HOLD", k.schedule, cfg.retryAfterMs));
+    state.held++;
   }
 
   // ECHO.RETRY: the server draws the jittered delay and schedules the retry in
@@ -426,7 +476,9 @@ async function main() {
         if (!popped) continue;
         const job = popped[1];
         const attempt = await con.call((db) => db.hincrby(k.attempts, job, 1));
-        if (!(await work(job, attempt))) {
+        const outcome = await work(job, attempt);
+        if (outcome === "overloaded") await hold(con);
+        if (outcome !== "done") {
           countRetry(await con.call((db) => db.call(...retryArgs(job, attempt))));
         } else {
           await con.call((db) => transaction(db.multi().sadd(k.done, job).hincrby(k.doneBy, cfg.name, 1)));
@@ -448,12 +500,15 @@ async function main() {
         return;
       }
       const attempt = await con.call((db) => db.hincrby(k.attempts, job, 1));
-      let ok;
+      let outcome;
       if (takenOver && (await con.call((db) => pendingRow(db, id))).deliveries > cfg.maxDeliveries) {
-        ok = false; // the poison bound: failed without being run again
+        outcome = "failed"; // the poison bound: failed without being run again
       } else {
-        ok = await work(job, attempt);
+        outcome = await work(job, attempt);
       }
+      // Held first, so the retry below is not released before the wait.
+      if (outcome === "overloaded") await hold(con);
+      const ok = outcome === "done";
       const replies = await con.call(async (db, tries) => {
         // After a failure (a failover refused the step, or the connection
         // went away with it), the step is written only while the entry is
@@ -531,7 +586,8 @@ async function main() {
         });
         const nowMs = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
         // Sleep by the server's clock, but never past the cap.
-        const wait = next.length ? Math.min(Math.max(Number(next[1]) - nowMs, 0), PROMOTER_CAP_MS) : PROMOTER_CAP_MS;
+        const dueInMs = next.length ? Number(next[1]) - nowMs : PROMOTER_CAP_MS;
+        const wait = dueInMs <= 0 ? PROMOTER_HELD_MS : Math.min(dueInMs, PROMOTER_CAP_MS);
         await sleep(wait);
       }
     } finally {
@@ -581,7 +637,7 @@ async function main() {
   link.close();
   const secs = ((Date.now() - started) / 1000).toFixed(2);
   console.log(`worker ${cfg.name}: completed ${state.completed} here, retried ${state.retried} here, ` +
-              `dead-lettered ${state.dead} here, took over ${state.takenOver} here; ` +
+              `dead-lettered ${state.dead} here, held ${state.held} here, took over ${state.takenOver} here; ` +
               `${done}/${cfg.jobs} done and ${dead} dead on queue '${cfg.queue}' after ${secs}s`);
   if (!allDone) {
     console.error(`worker ${cfg.name}: deadline of ${cfg.deadlineMs / 1000}s reached with ` +

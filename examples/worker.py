@@ -20,6 +20,12 @@ Two layouts of {NAME}:pending:
   list              a list taken with BRPOP: simpler, but a job popped by a
                     worker that then dies is lost.
 
+A dependency that answers "overloaded, retry after N ms" (simulated with
+--overload-every K --retry-after-ms N) is answered with ECHO.HOLD
+{NAME}:schedule N before the job is failed as usual: one worker's hold stops
+the release of due jobs to every worker. --seed --seed-delay-ms D gives each
+seeded job a delayed first run with ECHO.SCHEDULE, as a producer would.
+
 Same keys and options as examples/worker.rs, so workers in several languages
 can share one queue:
 
@@ -42,6 +48,10 @@ Options (each also read from the environment variable in brackets):
   --fresh              [ECHOMQ_FRESH=1] first delete those six keys: start the
                        queue afresh (what a second --seed run needs)
   --seed               add job-0 .. job-(N-1) to {NAME}:pending first
+  --seed-delay-ms D    [ECHOMQ_SEED_DELAY_MS] default 0: with --seed, schedule
+                       each job's first run D ms ahead instead, with
+                       ECHO.SCHEDULE {NAME}:schedule <job> D (the promoter, or
+                       the server's own promotion, moves it when due)
   --layout L           [ECHOMQ_LAYOUT] stream (default) or list
   --group NAME         [ECHOMQ_GROUP] default workers: the consumer group
   --lease-ms MS        [ECHOMQ_LEASE_MS] default 30000: take over entries idle
@@ -56,6 +66,14 @@ Options (each also read from the environment variable in brackets):
   --max-attempts M     [ECHOMQ_MAX_ATTEMPTS] default 5: a job's M-th failure
                        sends it to {NAME}:dead instead of scheduling it again
   --work-ms MS         [ECHOMQ_WORK_MS] default 0: simulated work per job
+  --overload-every K   [ECHOMQ_OVERLOAD_EVERY] default 0 (never): a job's run
+                       whose attempt number is a multiple of K answers
+                       "overloaded, retry after --retry-after-ms" (before the
+                       planned failures): the worker holds the schedule with
+                       ECHO.HOLD {NAME}:schedule <ms>, so no worker gets more
+                       jobs until then, and fails the job as usual
+  --retry-after-ms MS  [ECHOMQ_RETRY_AFTER_MS] default 1000: the wait an
+                       overloaded answer asks for
   --crash-on JOB       [ECHOMQ_CRASH_ON] the process aborts when it takes that job
   --consumers C        [ECHOMQ_CONSUMERS] default 4 threads, consumers <name>-<i>
   --deadline-secs S    [ECHOMQ_DEADLINE_SECS] default 60: give up (exit 2)
@@ -99,6 +117,10 @@ except ImportError:  # redis-py speaks the same protocol
 # The promoter sleeps at most this long, so retries scheduled meanwhile are
 # picked up within this much of their fire time.
 PROMOTER_CAP_S = 0.05
+# How long the promoter pauses when a job is due yet stayed in the schedule: a
+# hold (ECHO.HOLD) or a release limit kept it there, and asking again at once
+# would only spin.
+PROMOTER_HELD_S = 0.01
 PROMOTE_LIMIT = 1000
 # One entry per read or claim: an entry's idle time (what the lease is
 # measured against) runs from its delivery, so entries waiting in a worker's
@@ -128,6 +150,9 @@ def parse_args():
     p.add_argument("--lease-ms", type=int, default=int(env("ECHOMQ_LEASE_MS", "30000")))
     p.add_argument("--max-deliveries", type=int, default=int(env("ECHOMQ_MAX_DELIVERIES", "3")))
     p.add_argument("--work-ms", type=int, default=int(env("ECHOMQ_WORK_MS", "0")))
+    p.add_argument("--overload-every", type=int, default=int(env("ECHOMQ_OVERLOAD_EVERY", "0")))
+    p.add_argument("--retry-after-ms", type=int, default=int(env("ECHOMQ_RETRY_AFTER_MS", "1000")))
+    p.add_argument("--seed-delay-ms", type=int, default=int(env("ECHOMQ_SEED_DELAY_MS", "0")))
     p.add_argument("--crash-on", default=env("ECHOMQ_CRASH_ON", ""))
     p.add_argument("--jobs", type=int, default=int(env("ECHOMQ_JOBS", "100")))
     p.add_argument("--seed", action="store_true")
@@ -300,18 +325,29 @@ class Worker:
         self.completed = 0
         self.retried = 0
         self.dead = 0
+        self.held = 0
         self.taken_over = 0
         self.errors = []
 
     def work(self, job, attempt):
-        """Runs job for its attempt-th take: True when it succeeded."""
+        """Runs job for its attempt-th take: "done", "failed", or "overloaded"
+        (every --overload-every-th attempt: retry after --retry-after-ms)."""
         a = self.args
         if a.crash_on and job == a.crash_on:
             print(f"worker {a.name}: {job} kills its worker: aborting", file=sys.stderr, flush=True)
             os.abort()
         if a.work_ms > 0:
             time.sleep(a.work_ms / 1000.0)
-        return attempt > failures(job, a.fail_first)
+        if a.overload_every > 0 and attempt % a.overload_every == 0:
+            return "overloaded"
+        return "done" if attempt > failures(job, a.fail_first) else "failed"
+
+    def hold(self, link):
+        """ECHO.HOLD schedule ms: nothing leaves the schedule, for any worker,
+        before the server's now + ms (a longer hold in force is kept)."""
+        link.call(lambda db, _: db.execute_command("ECHO.HOLD", self.keys.schedule, self.args.retry_after_ms))
+        with self.lock:
+            self.held += 1
 
     def retry_args(self, job, attempt):
         """ECHO.RETRY: the server draws the jittered delay and schedules the
@@ -338,7 +374,10 @@ class Worker:
                 continue
             _, job = popped
             attempt = link.call(lambda db, _: db.hincrby(k.attempts, job, 1))
-            if not self.work(job, attempt):
+            outcome = self.work(job, attempt)
+            if outcome == "overloaded":
+                self.hold(link)
+            if outcome != "done":
                 self.count_retry(link.call(lambda db, _: db.execute_command(*self.retry_args(job, attempt))))
             else:
                 def done(db, _):
@@ -394,9 +433,13 @@ class Worker:
             return
         attempt = link.call(lambda db, _: db.hincrby(k.attempts, job, 1))
         if taken_over and link.call(lambda db, _: self.pending_row(db, entry_id))["times_delivered"] > a.max_deliveries:
-            ok = False  # the poison bound: failed without being run again
+            outcome = "failed"  # the poison bound: failed without being run again
         else:
-            ok = self.work(job, attempt)
+            outcome = self.work(job, attempt)
+        if outcome == "overloaded":
+            # Held first, so the retry below is not released before the wait.
+            self.hold(link)
+        ok = outcome == "done"
 
         def settle(db, tries):
             # After a failure (a failover refused the step, or the connection
@@ -451,7 +494,8 @@ class Worker:
             nxt, (secs, micros) = link.call(next_due)
             now_ms = secs * 1000 + micros // 1000
             if nxt:
-                wait = min(max(nxt[0][1] - now_ms, 0) / 1000.0, PROMOTER_CAP_S)
+                due_in_ms = nxt[0][1] - now_ms
+                wait = PROMOTER_HELD_S if due_in_ms <= 0 else min(due_in_ms / 1000.0, PROMOTER_CAP_S)
             else:
                 wait = PROMOTER_CAP_S
             # Sleep by the server's clock, but wake at once when told to stop.
@@ -484,7 +528,9 @@ class Worker:
 
         def create(db, _):
             try:
-                db.xgroup_create(k.pending, a.group, id="$", mkstream=True)
+                # At 0, not $: entries a producer added before the group existed
+                # are delivered too.
+                db.xgroup_create(k.pending, a.group, id="0", mkstream=True)
             except client.ResponseError as e:
                 if "BUSYGROUP" in str(e):
                     return None
@@ -504,7 +550,21 @@ class Worker:
                 self.link.call(lambda db, _: db.delete(k.pending, k.schedule, k.attempts, k.done, k.done_by, k.dead))
             if a.layout == "stream":
                 self.create_group()
-            if a.seed and a.jobs > 0:
+            if a.seed and a.jobs > 0 and a.seed_delay_ms > 0:
+                jobs = [f"job-{i}" for i in range(a.jobs)]
+
+                def schedule(db, _):
+                    # A delayed first run: ECHO.SCHEDULE (not a failure, not a
+                    # retry), all or nothing, so a retry cannot seed twice.
+                    pipe = db.pipeline(transaction=True)
+                    for job in jobs:
+                        pipe.execute_command("ECHO.SCHEDULE", k.schedule, job, a.seed_delay_ms)
+                    return pipe.execute()
+
+                fire_at = self.link.call(schedule)
+                print(f"worker {a.name}: scheduled job-0 .. job-{a.jobs - 1} with ECHO.SCHEDULE, "
+                      f"due at {min(fire_at)} .. {max(fire_at)} (server ms)", flush=True)
+            elif a.seed and a.jobs > 0:
                 jobs = [f"job-{i}" for i in range(a.jobs)]
 
                 def seed(db, _):
@@ -553,7 +613,7 @@ class Worker:
         done, dead = self.finished()
         print(
             f"worker {a.name}: completed {self.completed} here, retried {self.retried} here, "
-            f"dead-lettered {self.dead} here, took over {self.taken_over} here; "
+            f"dead-lettered {self.dead} here, held {self.held} here, took over {self.taken_over} here; "
             f"{done}/{a.jobs} done and {dead} dead on queue '{a.queue}' after {time.monotonic() - started:.2f}s",
             flush=True,
         )

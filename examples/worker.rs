@@ -25,6 +25,13 @@
 //!     --queue orders --jobs 100 --fresh --seed
 //! ```
 //!
+//! A dependency that answers "overloaded, retry after N ms" (simulated with
+//! `--overload-every K --retry-after-ms N`) is answered with
+//! `ECHO.HOLD {NAME}:schedule N` before the job is failed as usual: one
+//! worker's hold stops the release of due jobs to every worker. `--seed
+//! --seed-delay-ms D` gives each seeded job a delayed first run with
+//! `ECHO.SCHEDULE`, as a producer would.
+//!
 //! Options: `--help` prints them (the `HELP` text below), each also read
 //! from an environment variable.
 //!
@@ -57,6 +64,10 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>
 /// The promoter sleeps at most this long: a retry scheduled while it sleeps
 /// is picked up within this much of its fire time.
 const PROMOTER_CAP: Duration = Duration::from_millis(50);
+/// How long the promoter pauses when a job is due yet stayed in the schedule:
+/// a hold (ECHO.HOLD) or a release limit kept it there, and asking again at
+/// once would only spin.
+const PROMOTER_HELD: Duration = Duration::from_millis(10);
 /// Entries read or taken over per call: one. An entry's idle time, which
 /// the lease is measured against, runs from its delivery; entries waiting in
 /// a worker's own batch would age there and be taken over from a live
@@ -93,6 +104,10 @@ Options (each also read from the environment variable in brackets):
   --fresh              [ECHOMQ_FRESH=1] first delete those six keys: start the
                        queue afresh (what a second --seed run needs)
   --seed               add job-0 .. job-(N-1) to {NAME}:pending first
+  --seed-delay-ms D    [ECHOMQ_SEED_DELAY_MS] default 0: with --seed, schedule
+                       each job's first run D ms ahead instead, with
+                       ECHO.SCHEDULE {NAME}:schedule <job> D (the promoter, or
+                       the server's own promotion, moves it when due)
   --layout L           [ECHOMQ_LAYOUT] stream (default) or list
   --group NAME         [ECHOMQ_GROUP] default workers: the consumer group
   --lease-ms MS        [ECHOMQ_LEASE_MS] default 30000: take over entries idle
@@ -107,6 +122,14 @@ Options (each also read from the environment variable in brackets):
   --max-attempts M     [ECHOMQ_MAX_ATTEMPTS] default 5: a job's M-th failure
                        sends it to {NAME}:dead instead of scheduling it again
   --work-ms MS         [ECHOMQ_WORK_MS] default 0: simulated work per job
+  --overload-every K   [ECHOMQ_OVERLOAD_EVERY] default 0 (never): a job's run
+                       whose attempt number is a multiple of K answers
+                       \"overloaded, retry after --retry-after-ms\" (before the
+                       planned failures): the worker holds the schedule with
+                       ECHO.HOLD {NAME}:schedule <ms>, so no worker gets more
+                       jobs until then, and fails the job as usual
+  --retry-after-ms MS  [ECHOMQ_RETRY_AFTER_MS] default 1000: the wait an
+                       overloaded answer asks for
   --crash-on JOB       [ECHOMQ_CRASH_ON] the process aborts when it takes that job
   --consumers C        [ECHOMQ_CONSUMERS] default 4 threads, consumers <name>-<i>
   --deadline-secs S    [ECHOMQ_DEADLINE_SECS] default 60: give up (exit 2)
@@ -132,11 +155,14 @@ struct Config {
     max_deliveries: u64,
     jobs: u64,
     seed: bool,
+    seed_delay_ms: u64,
     promoter: bool,
     fail_first: u64,
     policy: String,
     max_attempts: u64,
     work: Duration,
+    overload_every: u64,
+    retry_after_ms: u64,
     crash_on: Option<String>,
     consumers: usize,
     deadline: Duration,
@@ -195,6 +221,9 @@ fn config() -> Result<Config> {
         "--policy",
         "--max-attempts",
         "--work-ms",
+        "--overload-every",
+        "--retry-after-ms",
+        "--seed-delay-ms",
         "--crash-on",
         "--consumers",
         "--deadline-secs",
@@ -240,11 +269,14 @@ fn config() -> Result<Config> {
         max_deliveries: number("--max-deliveries", "ECHOMQ_MAX_DELIVERIES", "3")?.max(1),
         jobs: number("--jobs", "ECHOMQ_JOBS", "100")?,
         seed: args.iter().any(|a| a == "--seed"),
+        seed_delay_ms: number("--seed-delay-ms", "ECHOMQ_SEED_DELAY_MS", "0")?,
         promoter: !flag("--no-promoter", "ECHOMQ_NO_PROMOTER"),
         fail_first: number("--fail-first", "ECHOMQ_FAIL_FIRST", "2")?,
         policy: value("--policy", "ECHOMQ_POLICY", "jitter:exponential:50:2000"),
         max_attempts: number("--max-attempts", "ECHOMQ_MAX_ATTEMPTS", "5")?.max(1),
         work: Duration::from_millis(number("--work-ms", "ECHOMQ_WORK_MS", "0")?),
+        overload_every: number("--overload-every", "ECHOMQ_OVERLOAD_EVERY", "0")?,
+        retry_after_ms: number("--retry-after-ms", "ECHOMQ_RETRY_AFTER_MS", "1000")?,
         crash_on: (!crash_on.is_empty()).then_some(crash_on),
         consumers: number("--consumers", "ECHOMQ_CONSUMERS", "4")?.max(1) as usize,
         deadline: Duration::from_secs(number("--deadline-secs", "ECHOMQ_DEADLINE_SECS", "60")?),
@@ -269,6 +301,7 @@ struct Shared {
     completed: AtomicU64,
     retried: AtomicU64,
     dead: AtomicU64,
+    held: AtomicU64,
     taken_over: AtomicU64,
 }
 
@@ -276,10 +309,13 @@ struct Shared {
 enum Outcome {
     Done,
     Failed,
+    /// The dependency answered "overloaded, retry after this many ms".
+    Overloaded(u64),
 }
 
 /// Runs `job` for its `attempt`-th take: aborts the process on the
-/// `--crash-on` job, works `--work-ms`, then succeeds or fails as planned.
+/// `--crash-on` job, works `--work-ms`, then answers overloaded (every
+/// `--overload-every`-th attempt), or succeeds or fails as planned.
 fn work(cfg: &Config, job: &str, attempt: u64) -> Outcome {
     if cfg.crash_on.as_deref() == Some(job) {
         eprintln!("worker {}: {job} kills its worker: aborting", cfg.name);
@@ -288,7 +324,9 @@ fn work(cfg: &Config, job: &str, attempt: u64) -> Outcome {
     if !cfg.work.is_zero() {
         thread::sleep(cfg.work);
     }
-    if attempt <= failures(job, cfg.fail_first) {
+    if cfg.overload_every > 0 && attempt.is_multiple_of(cfg.overload_every) {
+        Outcome::Overloaded(cfg.retry_after_ms)
+    } else if attempt <= failures(job, cfg.fail_first) {
         Outcome::Failed
     } else {
         Outcome::Done
@@ -310,6 +348,19 @@ fn retry_cmd(cfg: &Config, keys: &Keys, job: &str, attempt: u64) -> redis::Cmd {
         .arg("DEAD")
         .arg(&keys.dead);
     cmd
+}
+
+/// `ECHO.HOLD schedule ms`: nothing leaves the schedule, for any worker,
+/// before the server's now + `ms` (a longer hold in force is kept).
+fn hold(link: &mut Link, keys: &Keys, shared: &Shared, ms: u64) -> Result<()> {
+    let _until: i64 = link.call(|con, _| {
+        redis::cmd("ECHO.HOLD")
+            .arg(&keys.schedule)
+            .arg(ms)
+            .query(con)
+    })?;
+    shared.held.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 fn count_retry(shared: &Shared, fire_at_ms: i64) {
@@ -521,8 +572,12 @@ fn consume_list(cfg: &Config, keys: &Keys, shared: &Shared, who: &str) -> Result
                 .arg(1)
                 .query(con)
         })?;
-        match work(cfg, &job, attempt) {
-            Outcome::Failed => {
+        let outcome = work(cfg, &job, attempt);
+        if let Outcome::Overloaded(ms) = outcome {
+            hold(&mut link, keys, shared, ms)?;
+        }
+        match outcome {
+            Outcome::Failed | Outcome::Overloaded(_) => {
                 let fire_at_ms: i64 =
                     link.call(|con, _| retry_cmd(cfg, keys, &job, attempt).query(con))?;
                 count_retry(shared, fire_at_ms);
@@ -693,10 +748,14 @@ impl StreamConsumer<'_> {
         } else {
             work(cfg, &job, attempt)
         };
+        if let Outcome::Overloaded(ms) = outcome {
+            // Held first, so the retry below is not released before the wait.
+            hold(&mut self.link, keys, self.shared, ms)?;
+        }
         let mut pipe = redis::pipe();
         pipe.atomic();
         match outcome {
-            Outcome::Failed => {
+            Outcome::Failed | Outcome::Overloaded(_) => {
                 pipe.add_command(retry_cmd(cfg, keys, &job, attempt));
             }
             Outcome::Done => {
@@ -734,7 +793,7 @@ impl StreamConsumer<'_> {
             return Ok(());
         };
         match outcome {
-            Outcome::Failed => {
+            Outcome::Failed | Outcome::Overloaded(_) => {
                 let (fire_at_ms,): (i64,) = redis::from_redis_value(replies)?;
                 count_retry(self.shared, fire_at_ms);
             }
@@ -786,7 +845,8 @@ fn pending_owner(
 }
 
 /// Moves due retries to pending, then sleeps until the next one is due by
-/// the server's clock (at most PROMOTER_CAP, so new retries are seen).
+/// the server's clock (at most PROMOTER_CAP, so new retries are seen), or
+/// PROMOTER_HELD when a due job stayed (held or limited).
 fn promote(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
     const LIMIT: i64 = 1000;
     let mut link = Link::new(cfg, &format!("{}-promoter", cfg.name));
@@ -814,9 +874,9 @@ fn promote(cfg: &Config, keys: &Keys, shared: &Shared) -> Result<()> {
         })?;
         let now_ms = secs * 1000 + micros / 1000;
         let wait = match next.first() {
+            Some((_, fire_at_ms)) if (*fire_at_ms as i64) <= now_ms => PROMOTER_HELD,
             Some((_, fire_at_ms)) => {
-                let ms = (*fire_at_ms as i64 - now_ms).max(0) as u64;
-                Duration::from_millis(ms).min(PROMOTER_CAP)
+                Duration::from_millis((*fire_at_ms as i64 - now_ms) as u64).min(PROMOTER_CAP)
             }
             None => PROMOTER_CAP,
         };
@@ -844,7 +904,9 @@ fn create_group(link: &mut Link, cfg: &Config, keys: &Keys) -> Result<()> {
             .arg("CREATE")
             .arg(&keys.pending)
             .arg(&cfg.group)
-            .arg("$")
+            // At 0, not $: entries a producer added before the group existed
+            // are delivered too.
+            .arg("0")
             .arg("MKSTREAM")
             .query(con);
         match created {
@@ -894,7 +956,26 @@ fn run() -> Result<bool> {
     if cfg.layout == Layout::Stream {
         create_group(&mut link, &cfg, &keys)?;
     }
-    if cfg.seed && cfg.jobs > 0 {
+    if cfg.seed && cfg.jobs > 0 && cfg.seed_delay_ms > 0 {
+        // A delayed first run: ECHO.SCHEDULE (not a failure, not a retry),
+        // all or nothing, so a retry after a refusal cannot seed twice.
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for i in 0..cfg.jobs {
+            pipe.cmd("ECHO.SCHEDULE")
+                .arg(&keys.schedule)
+                .arg(format!("job-{i}"))
+                .arg(cfg.seed_delay_ms);
+        }
+        let fire_at: Vec<i64> = link.call(|con, _| pipe.query(con))?;
+        println!(
+            "worker {}: scheduled job-0 .. job-{} with ECHO.SCHEDULE, due at {} .. {} (server ms)",
+            cfg.name,
+            cfg.jobs - 1,
+            fire_at.iter().min().unwrap_or(&0),
+            fire_at.iter().max().unwrap_or(&0)
+        );
+    } else if cfg.seed && cfg.jobs > 0 {
         let mut pipe = redis::pipe();
         match cfg.layout {
             Layout::Stream => {
@@ -922,6 +1003,7 @@ fn run() -> Result<bool> {
         completed: AtomicU64::new(0),
         retried: AtomicU64::new(0),
         dead: AtomicU64::new(0),
+        held: AtomicU64::new(0),
         taken_over: AtomicU64::new(0),
     });
     let mut threads = Vec::new();
@@ -977,12 +1059,13 @@ fn run() -> Result<bool> {
     }
     let (done, dead) = finished(&mut link, &keys)?;
     println!(
-        "worker {}: completed {} here, retried {} here, dead-lettered {} here, took over {} here; \
-         {done}/{} done and {dead} dead on queue '{}' after {:.2}s",
+        "worker {}: completed {} here, retried {} here, dead-lettered {} here, held {} here, \
+         took over {} here; {done}/{} done and {dead} dead on queue '{}' after {:.2}s",
         cfg.name,
         shared.completed.load(Ordering::Relaxed),
         shared.retried.load(Ordering::Relaxed),
         shared.dead.load(Ordering::Relaxed),
+        shared.held.load(Ordering::Relaxed),
         shared.taken_over.load(Ordering::Relaxed),
         cfg.jobs,
         cfg.queue,

@@ -3,10 +3,11 @@
 //!
 //! A tick serves the configured pairs in order, each with exactly what
 //! `ECHO.PROMOTE schedule pending LIMIT limit` does (`promotion::move_due`),
-//! within a time budget of `PAIR_BUDGET` per pair. Each pair runs in its own
-//! timer callback: the server wraps everything one callback replicates in a
-//! single MULTI/EXEC, so one callback per pair gives one transaction per
-//! pair, and other clients run between pairs. A tick in which a pair moved
+//! within a time budget of `PAIR_BUDGET` per pair. A timer callback serves
+//! pairs until about `PAIR_BUDGET` has passed and leaves the rest to the
+//! next callback, which the event loop runs after the clients that are
+//! ready: the server wraps everything one callback replicates in a single
+//! MULTI/EXEC, and no client waits much longer than the budget. A tick in which a pair moved
 //! its full limit, or ran out of its budget, is followed at once by the next
 //! (a 0 ms timer, which the event loop fires only after serving the clients
 //! that are ready); otherwise the next tick comes `interval_ms` later. Each
@@ -28,11 +29,11 @@ use crate::cluster;
 use crate::errors::{PAIR_CROSSSLOT, PAIR_FAILED, PAIR_WRONGTYPE};
 use crate::parse::{self, Pair};
 use crate::promotion::{self, Moved, TimeLimit};
-use crate::server::config::{self, ApplyConfigs, NumericConfig, StringConfig};
+use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::OwnedName;
 use crate::server::timer::{self, OnTimer, TimerId};
 use crate::server::{clock, context, log};
-use crate::stats;
+use crate::{release, stats};
 
 pub const DEFAULT_INTERVAL_MS: i64 = 10;
 pub const MAX_INTERVAL_MS: i64 = 60_000;
@@ -145,27 +146,8 @@ impl StringConfig for Pairs {
     }
 }
 
-/// An integer config kept in a field of the state; the server checks the
-/// declared range `1..=max` before `set`, the clamp only restates it.
-macro_rules! numeric_config {
-    ($config:ident, $field:ident, $max:expr) => {
-        struct $config;
-
-        impl NumericConfig for $config {
-            fn get() -> i64 {
-                state().$field
-            }
-
-            fn set(value: i64) -> Result<(), &'static str> {
-                state().$field = value.clamp(1, $max);
-                Ok(())
-            }
-        }
-    };
-}
-
-numeric_config!(IntervalMs, interval_ms, MAX_INTERVAL_MS);
-numeric_config!(Limit, limit, MAX_LIMIT);
+numeric_config!(IntervalMs, state, interval_ms, 1, MAX_INTERVAL_MS);
+numeric_config!(Limit, state, limit, 1, MAX_LIMIT);
 
 /// After a CONFIG SET of any of the three (once per command): a new pair
 /// list or interval takes effect at once, an empty list disarms the timer.
@@ -197,21 +179,20 @@ struct Tick;
 impl OnTimer for Tick {
     fn fire(ctx: &Context, cursor: usize) {
         let started = Instant::now();
-        let (pair, pairs_len, limit, interval_ms) = {
+        let (pairs_len, limit, interval_ms) = {
             let mut state = state();
             // This timer has fired: it is armed no more.
             state.timer = None;
             if state.pairs.is_empty() {
                 return;
             }
-            let pair = state.pairs.get(cursor).cloned();
-            (pair, state.pairs.len(), state.limit, state.interval_ms)
+            (state.pairs.len(), state.limit, state.interval_ms)
         };
-        let Some(pair) = pair else {
+        if cursor >= pairs_len {
             // The list shrank under a running tick: the tick is over.
             finish_tick(ctx, interval_ms);
             return;
-        };
+        }
         if !context::may_write(ctx) {
             // Nothing moves; the tick starts over once writing is possible.
             let mut state = state();
@@ -226,35 +207,65 @@ impl OnTimer for Tick {
             state.tick_full = false;
             state.tick_work = Duration::ZERO;
         }
-        match serve(ctx, &pair, limit) {
-            Ok(Some(moved)) => {
-                if moved.count > 0 {
-                    let lag_ms = moved.earliest_ms.map_or(0, |fire_ms| {
-                        (clock::wall_ms() as f64 - fire_ms).max(0.0) as u64
-                    });
-                    stats::auto_promoted(moved.count, lag_ms);
-                }
-                if let Some(why) = moved.refused {
-                    // A stream out of IDs: what it took moved; the pair is failing.
-                    stats::auto_error();
-                    log_failure(ctx, cursor, &pair, why.text());
-                } else if moved.out_of_time || moved.count >= limit.unsigned_abs() {
-                    state().tick_full = true;
-                }
+        // This callback serves pairs in order until about PAIR_BUDGET has
+        // passed; the next callback, after the clients that are ready, goes
+        // on from there. (A callback per pair would cost an event-loop pass,
+        // a millisecond at least, per pair.) Slots cannot change during a
+        // callback, so a cluster node reads its own once per callback.
+        let mut own_slots = None;
+        let mut cursor = cursor;
+        while cursor < pairs_len {
+            let Some(pair) = state().pairs.get(cursor).cloned() else {
+                break;
+            };
+            // A pair whose release limit (or hold) allows nothing now is
+            // passed over without opening its keys.
+            if release::allowance(&pair.schedule, clock::wall_ms()) != Some(0) {
+                serve_and_count(ctx, cursor, &pair, limit, &mut own_slots);
             }
-            // Not this node's to touch (another node's slot, or a slot migrating).
-            Ok(None) => {}
-            Err(why) => {
-                stats::auto_error();
-                log_failure(ctx, cursor, &pair, why);
+            cursor += 1;
+            if started.elapsed() >= PAIR_BUDGET {
+                break;
             }
         }
         state().tick_work += started.elapsed();
-        let next = cursor.saturating_add(1);
-        if next < pairs_len {
-            state().timer = Some(timer::arm::<Tick>(ctx, 0, next));
+        if cursor < pairs_len {
+            state().timer = Some(timer::arm::<Tick>(ctx, 0, cursor));
         } else {
             finish_tick(ctx, interval_ms);
+        }
+    }
+}
+
+/// Serves one pair and counts what it did.
+fn serve_and_count(
+    ctx: &Context,
+    cursor: usize,
+    pair: &Pair,
+    limit: i64,
+    own_slots: &mut Option<cluster::Slots>,
+) {
+    match serve(ctx, pair, limit, own_slots) {
+        Ok(Some(moved)) => {
+            if moved.count > 0 {
+                let lag_ms = moved.earliest_ms.map_or(0, |fire_ms| {
+                    (clock::wall_ms() as f64 - fire_ms).max(0.0) as u64
+                });
+                stats::auto_promoted(moved.count, lag_ms);
+            }
+            if let Some(why) = moved.refused {
+                // A stream out of IDs: what it took moved; the pair is failing.
+                stats::auto_error();
+                log_failure(ctx, cursor, pair, why.text());
+            } else if moved.out_of_time || moved.count >= limit.unsigned_abs() {
+                state().tick_full = true;
+            }
+        }
+        // Not this node's to touch (another node's slot, or a slot migrating).
+        Ok(None) => {}
+        Err(why) => {
+            stats::auto_error();
+            log_failure(ctx, cursor, pair, why);
         }
     }
 }
@@ -275,14 +286,21 @@ fn finish_tick(ctx: &Context, interval_ms: i64) {
 }
 
 /// Moves one pair's due members: `None` when the pair is not this node's.
-fn serve(ctx: &Context, pair: &Pair, limit: i64) -> Result<Option<Moved>, &'static str> {
+fn serve(
+    ctx: &Context,
+    pair: &Pair,
+    limit: i64,
+    own_slots: &mut Option<cluster::Slots>,
+) -> Result<Option<Moved>, &'static str> {
     if context::in_cluster(ctx) {
         let slot = cluster::key_slot(&pair.schedule);
         if cluster::key_slot(&pair.pending) != slot {
             return Err(PAIR_CROSSSLOT);
         }
-        // Read now: a slot can start migrating between two callbacks.
-        if !cluster::stable_own_slots(&context::cluster_nodes(ctx)).contains(slot) {
+        // Read once per callback: a slot can start migrating between two.
+        let own = own_slots
+            .get_or_insert_with(|| cluster::stable_own_slots(&context::cluster_nodes(ctx)));
+        if !own.contains(slot) {
             return Ok(None);
         }
     }

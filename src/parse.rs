@@ -1184,5 +1184,68 @@ mod properties {
             let padded = format!("0{v}");
             prop_assert_eq!(canonical_u64(padded.as_bytes(), u64::MAX), None);
         }
+
+
+        #[test]
+        fn release_limit_triples_parse_to_what_they_say(
+            entries in proptest::collection::vec(
+                (1..=MAX_RATE, 0..3usize, any::<bool>(), 1..=MAX_BURST, any::<bool>()),
+                0..6,
+            ),
+            separators in proptest::collection::vec(
+                prop_oneof![Just(" "), Just("  "), Just("\t"), Just("\n"), Just(" \r\n ")],
+                18..19,
+            ),
+        ) {
+            let mut text = String::new();
+            let mut want = Vec::new();
+            for (i, &(n, unit, adaptive, burst, upper)) in entries.iter().enumerate() {
+                let (letter, period_ms) = [("s", 1000), ("m", 60_000), ("h", 3_600_000)][unit];
+                let letter = if upper { letter.to_uppercase() } else { letter.to_string() };
+                let prefix = match (adaptive, upper) {
+                    (true, true) => "ADAPTIVE:",
+                    (true, false) => "adaptive:",
+                    _ => "",
+                };
+                let schedule = format!("{{q{i}}}:schedule");
+                for word in [schedule.clone(), format!("{prefix}{n}/{letter}"), burst.to_string()] {
+                    text.push_str(&word);
+                    text.push_str(separators[i * 3 % 18]);
+                }
+                want.push(LimitSpec {
+                    schedule: schedule.into_bytes(),
+                    rate: Rate { n, period_ms, adaptive },
+                    burst,
+                });
+            }
+            prop_assert_eq!(parse_release_limits(text.as_bytes()), Ok(want));
+        }
+
+        #[test]
+        fn release_limit_noise_parses_or_is_refused_without_panic(
+            words in proptest::collection::vec(
+                prop_oneof![
+                    Just("s".to_string()),
+                    Just("adaptive:".to_string()),
+                    "[0-9]{0,8}/[smhd]?".prop_map(String::from),
+                    "(adaptive:)?[0-9]{1,3}/[smh]".prop_map(String::from),
+                    "-?[0-9]{0,22}".prop_map(String::from),
+                    any::<String>(),
+                ],
+                0..10,
+            ),
+        ) {
+            let text = words.join(" ");
+            match parse_release_limits(text.as_bytes()) {
+                Ok(specs) => {
+                    let count = text.split(|c: char| c.is_ascii_whitespace()).filter(|w| !w.is_empty()).count();
+                    prop_assert_eq!(specs.len() * 3, count);
+                }
+                Err(why) => {
+                    let message = why.to_string();
+                    prop_assert!(message.bytes().all(|b| b == b' ' || b.is_ascii_graphic()), "{}", message);
+                }
+            }
+        }
     }
 }

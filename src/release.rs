@@ -18,7 +18,7 @@ use redis_module::Context;
 use crate::limits::{Adaptive, Limit, Limits};
 use crate::parse;
 use crate::server::clock;
-use crate::server::config::{self, ApplyConfigs, NumericConfig, StringConfig};
+use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::stats;
 
 pub const DEFAULT_WINDOW_MS: i64 = 200;
@@ -30,16 +30,25 @@ struct State {
     /// `echomq.release-limits` exactly as set.
     text: Vec<u8>,
     limits: Limits,
-    adaptive: Adaptive,
+    /// `echomq.adaptive-window-ms` and `echomq.adaptive-failure-percent`.
+    window_ms: i64,
+    failure_percent: i64,
+}
+
+impl State {
+    fn adaptive(&self) -> Adaptive {
+        Adaptive {
+            window_ms: self.window_ms.unsigned_abs(),
+            failure_percent: self.failure_percent.unsigned_abs(),
+        }
+    }
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     text: Vec::new(),
     limits: Limits::new(),
-    adaptive: Adaptive {
-        window_ms: DEFAULT_WINDOW_MS as u64,
-        failure_percent: DEFAULT_FAILURE_PERCENT as u64,
-    },
+    window_ms: DEFAULT_WINDOW_MS,
+    failure_percent: DEFAULT_FAILURE_PERCENT,
 });
 
 /// Whether any schedule is limited or held: when not, releases and
@@ -60,10 +69,8 @@ pub fn register(ctx: &Context) -> Result<(), String> {
         let mut state = state();
         state.text.clear();
         state.limits.clear();
-        state.adaptive = Adaptive {
-            window_ms: DEFAULT_WINDOW_MS as u64,
-            failure_percent: DEFAULT_FAILURE_PERCENT as u64,
-        };
+        state.window_ms = DEFAULT_WINDOW_MS;
+        state.failure_percent = DEFAULT_FAILURE_PERCENT;
         update_active(&state);
     }
     config::register_string::<ReleaseLimits, Nothing>(ctx, c"release-limits", c"")?;
@@ -101,31 +108,8 @@ impl StringConfig for ReleaseLimits {
     }
 }
 
-struct WindowMs;
-
-impl NumericConfig for WindowMs {
-    fn get() -> i64 {
-        i64::try_from(state().adaptive.window_ms).unwrap_or(i64::MAX)
-    }
-
-    fn set(value: i64) -> Result<(), &'static str> {
-        state().adaptive.window_ms = value.clamp(MIN_WINDOW_MS, MAX_WINDOW_MS).unsigned_abs();
-        Ok(())
-    }
-}
-
-struct FailurePercent;
-
-impl NumericConfig for FailurePercent {
-    fn get() -> i64 {
-        i64::try_from(state().adaptive.failure_percent).unwrap_or(i64::MAX)
-    }
-
-    fn set(value: i64) -> Result<(), &'static str> {
-        state().adaptive.failure_percent = value.clamp(1, 100).unsigned_abs();
-        Ok(())
-    }
-}
+numeric_config!(WindowMs, state, window_ms, MIN_WINDOW_MS, MAX_WINDOW_MS);
+numeric_config!(FailurePercent, state, failure_percent, 1, 100);
 
 /// The configs take effect when set: nothing to apply after.
 struct Nothing;
@@ -153,7 +137,7 @@ pub fn released(schedule: &[u8], now_ms: i64, count: u64, held: bool) {
         return;
     }
     let mut state = state();
-    let adaptive = state.adaptive;
+    let adaptive = state.adaptive();
     if state
         .limits
         .released(schedule, now_ms, count, held, adaptive)
@@ -168,7 +152,7 @@ pub fn failed(schedule: &[u8], now_ms: i64) {
         return;
     }
     let mut state = state();
-    let adaptive = state.adaptive;
+    let adaptive = state.adaptive();
     if state.limits.failed(schedule, now_ms, adaptive) {
         stats::adaptive_decrease();
     }
@@ -200,7 +184,7 @@ pub struct LimitView {
 
 pub fn snapshot(schedule: &[u8], now_ms: i64) -> Snapshot {
     let mut state = state();
-    let adaptive = state.adaptive;
+    let adaptive = state.adaptive();
     let held_until_ms = state.limits.held_until(schedule, now_ms);
     let limit = state.limits.get_mut(schedule).map(|limit: &mut Limit| {
         // A window that ended shows its effect.

@@ -887,3 +887,27 @@ fn a_huge_limit_drains_in_budgeted_ticks_that_the_latency_monitor_sees() {
     let history: Vec<(i64, i64)> = q!(&mut con, "LATENCY", "HISTORY", "echomq-auto-promote");
     assert!(!history.is_empty());
 }
+
+/// One callback serves pairs until its time budget is spent, not one pair
+/// each: with 1000 pairs (the event loop gives a timer at most one pass a
+/// millisecond, so a callback per pair made a tick last a second) the ticks
+/// keep coming every interval or so, and a job due in the last pair moves.
+#[test]
+fn a_thousand_pairs_are_served_in_a_few_callbacks_per_tick() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let pairs: Vec<String> = (0..1000)
+        .map(|i| format!("{{p{i}}}:schedule {{p{i}}}:pending"))
+        .collect();
+    configure(&mut con, &pairs.join(" "));
+    sleep(Duration::from_millis(200));
+    let before = stat(&mut con, "auto_promote_ticks");
+    sleep(Duration::from_secs(1));
+    let ticks = stat(&mut con, "auto_promote_ticks") - before;
+    assert!(ticks >= 10, "{ticks} ticks in a second over 1000 pairs");
+    retry(&mut con, "{p999}:schedule", "last", "fixed:0", 1);
+    wait_until("the last pair's job moved", Duration::from_secs(5), || {
+        let len: i64 = q!(&mut con, "LLEN", "{p999}:pending");
+        (len == 1).then_some(()).ok_or(format!("{len} pending"))
+    });
+}

@@ -386,6 +386,69 @@ fn malformed_calls_are_refused_and_write_nothing() {
         (words("ECHO.SPREAD s 1.5 10 1"), "ERR start_ms"),
         (words("ECHO.SPREAD s 0 9223372036854775808 1"), "ERR end_ms"),
         (words("ECHO.SPREAD str 0 10 1"), "WRONGTYPE"),
+        // ECHO.QUEUES
+        (words("ECHO.QUEUES x"), wrong_arity),
+        // ECHO.SCHEDULE: arity, delay, options, types
+        (words("ECHO.SCHEDULE"), wrong_arity),
+        (words("ECHO.SCHEDULE s job"), wrong_arity),
+        (
+            words("ECHO.SCHEDULE s job -1"),
+            "ERR delay_ms is not an integer or out of range (0..=10000000000000)",
+        ),
+        (
+            words("ECHO.SCHEDULE s job 10000000000001"),
+            "ERR delay_ms is not an integer",
+        ),
+        (
+            words("ECHO.SCHEDULE s job 1.5"),
+            "ERR delay_ms is not an integer",
+        ),
+        (
+            words("ECHO.SCHEDULE s job 01"),
+            "ERR delay_ms is not an integer",
+        ),
+        (
+            raw(&[b"ECHO.SCHEDULE", b"s", b"job", b""]),
+            "ERR delay_ms is not an integer",
+        ),
+        (
+            words("ECHO.SCHEDULE s job 1 NX XX"),
+            "ERR syntax error: XX and NX options at the same time are not compatible",
+        ),
+        (
+            words("ECHO.SCHEDULE s job 1 GT LT"),
+            "ERR syntax error: GT, LT, and/or NX options",
+        ),
+        (
+            words("ECHO.SCHEDULE s job 1 NX GT"),
+            "ERR syntax error: GT, LT, and/or NX options",
+        ),
+        (words("ECHO.SCHEDULE s job 1 NX NX"), "ERR syntax error"),
+        (words("ECHO.SCHEDULE s job 1 BOGUS"), "ERR syntax error"),
+        (
+            words("ECHO.SCHEDULE s job 1 MAXATTEMPTS 1 DEAD d"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.SCHEDULE s job 1 NX GT LT XX a b c"),
+            "ERR syntax error",
+        ),
+        (words("ECHO.SCHEDULE str job 1"), "WRONGTYPE"),
+        (words("ECHO.SCHEDULE list job 1 XX"), "WRONGTYPE"),
+        // ECHO.HOLD
+        (words("ECHO.HOLD"), wrong_arity),
+        (words("ECHO.HOLD s"), wrong_arity),
+        (words("ECHO.HOLD s 1 2"), wrong_arity),
+        (
+            words("ECHO.HOLD s -1"),
+            "ERR ms is not an integer or out of range (0..=86400000)",
+        ),
+        (words("ECHO.HOLD s 86400001"), "ERR ms is not an integer"),
+        (words("ECHO.HOLD s 1s"), "ERR ms is not an integer"),
+        (words("ECHO.HOLD s 007"), "ERR ms is not an integer"),
+        // ECHO.LIMITS
+        (words("ECHO.LIMITS"), wrong_arity),
+        (words("ECHO.LIMITS s x"), wrong_arity),
     ];
     assert!(cases.len() >= 120, "{} cases", cases.len());
 

@@ -673,7 +673,7 @@ fn auto_promotion_runs_on_each_owner_and_on_the_new_primary_after_failover() {
     );
     let log = cluster.nodes[first].log();
     assert!(
-        log.contains("{east}:schedule {west}:pending: CROSSSLOT"),
+        log.contains("'{east}:schedule' '{west}:pending': CROSSSLOT"),
         "{log}"
     );
     let (tag, _) = &queues[0];
@@ -919,7 +919,7 @@ fn a_stream_queue_is_promoted_by_its_owner_and_resharded_under_workers_without_l
     let mut on_a = cluster.conn(a);
     let mut on_b = cluster.conn(b);
     rust_worker(); // built before any clock starts
-    let _: () = q!(&mut on_a, "XGROUP", "CREATE", pending, "workers", "$", "MKSTREAM");
+    let _: () = q!(&mut on_a, "XGROUP", "CREATE", pending, "workers", "0", "MKSTREAM");
     configure_everywhere(&cluster, &format!("{schedule} {pending}"));
 
     // (a) 20 jobs due at once: the owner appends them, in fire-time order.
@@ -1105,4 +1105,66 @@ fn a_stream_queue_is_promoted_by_its_owner_and_resharded_under_workers_without_l
         let errors = echomq_stat(&mut cluster.conn(i), "echomq_auto_promote_errors");
         assert_eq!(errors, 0, "node {}", cluster.port(i));
     }
+}
+
+/// `ECHO.HOLD` names the schedule as its key and is flagged a write: a
+/// primary that does not own the slot answers MOVED to the owner, and so does
+/// the owner's replica (in a cluster a replica redirects writes, also after
+/// READONLY, which admits only reads); the cluster client follows the
+/// redirect, and the hold lives on the owner only: ECHO.LIMITS shows it
+/// there, while the replica (reading with READONLY) and the other primaries
+/// know of none, for the same schedule name or any other.
+#[test]
+fn echo_hold_is_routed_to_the_slot_owner_and_held_there_only() {
+    let cluster = Cluster::start();
+    let schedule = "{hold}:schedule";
+    let slot = cluster.keyslot(schedule);
+    let owner = cluster.owner(slot);
+    let replica = cluster.replica_of(owner);
+    let other = *cluster.primaries().iter().find(|&&i| i != owner).unwrap();
+    let at_owner = format!("MOVED {slot} 127.0.0.1:{}", cluster.port(owner));
+
+    let moved = err!(&mut cluster.conn(other), "ECHO.HOLD", schedule, 60_000);
+    assert_eq!(moved, at_owner, "a primary that does not own the slot");
+    let mut on_replica = cluster.conn(replica);
+    let moved = err!(&mut on_replica, "ECHO.HOLD", schedule, 60_000);
+    assert_eq!(moved, at_owner, "the owner's replica");
+    let _: () = q!(&mut on_replica, "READONLY");
+    let moved = err!(&mut on_replica, "ECHO.HOLD", schedule, 60_000);
+    assert_eq!(moved, at_owner, "the owner's replica after READONLY");
+    let limits = limits_of(&mut cluster.conn(owner), schedule);
+    assert_eq!(
+        limits.get("held-until-ms"),
+        Some(&0),
+        "a refused hold took effect: {limits:?}"
+    );
+
+    // Through the cluster client: routed to the owner, which replies the end.
+    let mut client = cluster.client();
+    let now_ms = server_time_ms(&mut cluster.conn(owner));
+    let until: i64 = q!(&mut client, "ECHO.HOLD", schedule, 60_000);
+    assert!(until >= now_ms + 60_000, "{until} vs {now_ms}");
+    let on_owner = limits_of(&mut cluster.conn(owner), schedule);
+    assert_eq!(on_owner.get("held-until-ms"), Some(&until), "{on_owner:?}");
+    let via_client: Vec<Value> = q!(&mut client, "ECHO.LIMITS", schedule);
+    assert_eq!(limits_from(&via_client).get("held-until-ms"), Some(&until));
+    // Not replicated: the replica, reading its slot, knows of no hold.
+    let on_replica_limits = limits_of(&mut on_replica, schedule);
+    assert_eq!(
+        on_replica_limits.get("held-until-ms"),
+        Some(&0),
+        "{on_replica_limits:?}"
+    );
+    let keys: i64 = q!(&mut cluster.conn(owner), "DBSIZE");
+    assert_eq!(keys, 0, "ECHO.HOLD wrote a key");
+    // The hold stops a release on the owner: a due member stays.
+    let mut on_owner_con = cluster.conn(owner);
+    let _ = retry(&mut on_owner_con, schedule, "job-1", "fixed:0", 1);
+    assert_eq!(promote(&mut on_owner_con, schedule, "{hold}:pending"), 0);
+    let card: i64 = q!(&mut on_owner_con, "ZCARD", schedule);
+    assert_eq!(card, 1, "released while held");
+    // Lifted through the client: released at once.
+    let lifted: i64 = q!(&mut client, "ECHO.HOLD", schedule, 0);
+    assert_eq!(lifted, 0);
+    assert_eq!(promote(&mut on_owner_con, schedule, "{hold}:pending"), 1);
 }

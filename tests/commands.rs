@@ -417,7 +417,16 @@ fn retry_then_promote_then_consume_end_to_end() {
 fn the_server_checks_arity_and_knows_each_key_spec() {
     let server = Server::start();
     let mut con = server.conn();
-    let names = ["ECHO.RETRY", "ECHO.PROMOTE", "ECHO.DELAY", "ECHO.SPREAD"];
+    let names = [
+        "ECHO.RETRY",
+        "ECHO.PROMOTE",
+        "ECHO.DELAY",
+        "ECHO.SPREAD",
+        "ECHO.QUEUES",
+        "ECHO.SCHEDULE",
+        "ECHO.HOLD",
+        "ECHO.LIMITS",
+    ];
     let info: Value = q!(&mut con, "COMMAND", "INFO", &names);
     let Value::Array(commands) = info else {
         panic!("{info:?}")
@@ -432,7 +441,21 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
             _ => panic!("{c:?}"),
         })
         .collect();
-    assert_eq!(arities, [-5, -3, 3, 5]);
+    assert_eq!(arities, [-5, -3, 3, 5, 1, -4, 3, 2]);
+    // Every command has its docs, and the keyed ones name their schedule.
+    for name in names {
+        let docs: Value = q!(&mut con, "COMMAND", "DOCS", name);
+        let text = format!("{docs:?}");
+        assert!(text.contains("summary"), "{name}: {text}");
+    }
+    for call in [
+        vec!["ECHO.SCHEDULE", "{s}:schedule", "j", "1", "NX"],
+        vec!["ECHO.HOLD", "{s}:schedule", "100"],
+        vec!["ECHO.LIMITS", "{s}:schedule"],
+    ] {
+        let keys: Vec<String> = q!(&mut con, "COMMAND", "GETKEYS", &call);
+        assert_eq!(keys, ["{s}:schedule"], "{call:?}");
+    }
     let text = format!("{commands:?}").to_lowercase();
     // promote: the schedule is read, written and deleted from; pending inserted into
     for flag in [
@@ -495,4 +518,23 @@ fn acl_categories_let_users_allow_and_deny_by_category() {
     assert_eq!(dry(&mut con, "writer", &promote_args), "OK");
     assert!(dry(&mut con, "reader", &retry_args).contains("no permissions"));
     assert_eq!(dry(&mut con, "reader", &spread_args), "OK");
+    let schedule_args = ["ECHO.SCHEDULE", "s", "j", "1"];
+    let hold_args = ["ECHO.HOLD", "s", "100"];
+    let limits_args = ["ECHO.LIMITS", "s"];
+    let queues_args = ["ECHO.QUEUES"];
+    for args in [&schedule_args[..], &hold_args] {
+        assert!(
+            dry(&mut con, "no-writes", args).contains("no permissions"),
+            "{args:?}"
+        );
+        assert_eq!(dry(&mut con, "writer", args), "OK", "{args:?}");
+        assert!(
+            dry(&mut con, "reader", args).contains("no permissions"),
+            "{args:?}"
+        );
+    }
+    for args in [&limits_args[..], &queues_args] {
+        assert_eq!(dry(&mut con, "no-writes", args), "OK", "{args:?}");
+        assert_eq!(dry(&mut con, "reader", args), "OK", "{args:?}");
+    }
 }

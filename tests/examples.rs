@@ -173,7 +173,7 @@ fn wait_all(mut workers: Vec<(String, Child)>) -> Vec<String> {
 fn seed(con: &mut Connection, queue: &str, n: usize) {
     let pending = format!("{{{queue}}}:pending");
     let created: RedisResult<()> =
-        cmd!("XGROUP", "CREATE", &pending, "workers", "$", "MKSTREAM").query(con);
+        cmd!("XGROUP", "CREATE", &pending, "workers", "0", "MKSTREAM").query(con);
     // Workers started first create the group themselves.
     if let Err(e) = created {
         assert_eq!(e.code(), Some("BUSYGROUP"), "{e}");
@@ -478,7 +478,7 @@ fn the_node_worker_starts_a_queue_afresh() {
 }
 
 /// Every option the workers share, which each one's --help must list.
-const OPTIONS: [&str; 19] = [
+const OPTIONS: [&str; 22] = [
     "--url",
     "--reconnect-secs",
     "--queue",
@@ -493,6 +493,9 @@ const OPTIONS: [&str; 19] = [
     "--policy",
     "--max-attempts",
     "--work-ms",
+    "--overload-every",
+    "--retry-after-ms",
+    "--seed-delay-ms",
     "--crash-on",
     "--consumers",
     "--deadline-secs",
@@ -915,4 +918,338 @@ fn a_job_that_kills_its_workers_ends_dead_and_the_rest_complete() {
     assert_eq!(done, want_done);
     assert_eq!(dead, want_dead);
     assert_pending_drained(&mut con, queue);
+}
+
+/// The workers of a test: Rust always, Python and Node.js when present
+/// (SKIPPED outside CI when not, a failure in CI).
+fn all_langs(test: &str) -> Vec<(Lang, &'static str)> {
+    let mut langs = vec![(Lang::Rust, "rust")];
+    if let Some(python) = python_or_skip(&format!("{test} (its Python worker)")) {
+        langs.push((Lang::Python(python), "python"));
+    }
+    if let Some(dir) = node::or_skip(&format!("{test} (its Node.js worker)"), node::node_dir()) {
+        langs.push((Lang::Node(dir), "node"));
+    }
+    langs
+}
+
+/// The protocol's step 1 creates the group at `0`: entries a producer added
+/// to the stream before any worker (and so before the group) existed are
+/// delivered and done, not skipped.
+#[test]
+fn each_worker_takes_the_entries_added_before_its_group_existed() {
+    let test = "each_worker_takes_the_entries_added_before_its_group_existed";
+    let server = Server::start();
+    let mut con = server.conn();
+    for (lang, name) in all_langs(test) {
+        let queue = format!("early-{name}");
+        let pending = format!("{{{queue}}}:pending");
+        for i in 0..6 {
+            let _: String = q!(&mut con, "XADD", &pending, "*", "job", format!("job-{i}"));
+        }
+        let groups: Vec<Value> = q!(&mut con, "XINFO", "GROUPS", &pending);
+        assert!(groups.is_empty(), "{name}: a group before the worker");
+        let (_, child) = spawn(lang, &server, &queue, 6, name, &[]);
+        wait_all(vec![(name.to_string(), child)]);
+        let by = check_queue_exactly_once(&mut con, &queue, 6);
+        assert_eq!(by, BTreeMap::from([(name.to_string(), 4)]), "{name}");
+    }
+}
+
+/// `(field, value)` pairs of a RESP2 flat reply (ECHO.LIMITS, HGETALL).
+fn fields(reply: &[Value]) -> BTreeMap<String, Value> {
+    reply
+        .chunks(2)
+        .map(|kv| match &kv[0] {
+            Value::BulkString(b) => (String::from_utf8_lossy(b).into_owned(), kv[1].clone()),
+            Value::SimpleString(s) => (s.clone(), kv[1].clone()),
+            other => panic!("field name {other:?}"),
+        })
+        .collect()
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(n) => *n,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+/// `calls=` of `cmdstat_<command>` in INFO commandstats (0 when never
+/// called); the server writes a module command's name as registered
+/// (`cmdstat_ECHO.HOLD`), so the names are compared in lower case.
+fn command_calls(con: &mut Connection, command: &str) -> u64 {
+    let stats: String = q!(con, "INFO", "commandstats");
+    let stats = stats.to_lowercase();
+    let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |rest| {
+            rest.split(',').next().unwrap().parse().expect("calls")
+        })
+}
+
+/// What the test saw of the queue in one atomic step while a worker ran.
+struct Sample {
+    now_ms: i64,
+    held_until_ms: i64,
+    scheduled: i64,
+    promoted: u64,
+}
+
+fn sample(con: &mut Connection, queue: &str) -> Sample {
+    let schedule = format!("{{{queue}}}:schedule");
+    let ((secs, micros), limits, scheduled, info): ((i64, i64), Vec<Value>, i64, String) =
+        redis::pipe()
+            .atomic()
+            .cmd("TIME")
+            .cmd("ECHO.LIMITS")
+            .arg(&schedule)
+            .cmd("ZCARD")
+            .arg(&schedule)
+            .cmd("INFO")
+            .arg("echomq")
+            .query(con)
+            .expect("sample");
+    Sample {
+        now_ms: secs * 1000 + micros / 1000,
+        held_until_ms: int(&fields(&limits)["held-until-ms"]),
+        scheduled,
+        promoted: field_of(&info, "echomq_promoted").parse().unwrap(),
+    }
+}
+
+/// `--overload-every 2 --retry-after-ms 1500 --fail-first 1`: `job-<odd>`
+/// fails its first attempt as planned, its second answers "overloaded,
+/// retry after 1500 ms", and its third succeeds; `job-<even>` succeeds at
+/// once. Each overloaded answer is one ECHO.HOLD before the usual failure,
+/// and while the hold is in force nothing leaves the schedule (no promotion
+/// counted, the schedule never shrinks) although its retries are due
+/// (`fixed:0`) and the worker's promoter keeps calling ECHO.PROMOTE; after
+/// it, every job is done exactly once.
+fn holds_the_schedule_when_overloaded(lang: Lang, name: &str) {
+    let (queue, n) = (format!("held-{name}"), 6);
+    let server = Server::start();
+    let mut con = server.conn();
+    let extra = [
+        "--seed",
+        "--fail-first",
+        "1",
+        "--policy",
+        "fixed:0",
+        "--max-attempts",
+        "4",
+        "--overload-every",
+        "2",
+        "--retry-after-ms",
+        "1500",
+    ];
+    let (_, mut child) = spawn(lang, &server, &queue, n, name, &extra);
+    // Pairs of samples inside one hold: the later one must show nothing
+    // released since the earlier one.
+    let mut held_pairs = 0;
+    let mut last: Option<Sample> = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("try_wait").is_none() && Instant::now() < deadline {
+        let now = sample(&mut con, &queue);
+        if let Some(before) = &last {
+            let same_hold =
+                before.held_until_ms == now.held_until_ms && now.now_ms < now.held_until_ms;
+            if same_hold && before.now_ms < before.held_until_ms {
+                assert_eq!(
+                    now.promoted, before.promoted,
+                    "promoted while held until {}",
+                    now.held_until_ms
+                );
+                assert!(
+                    now.scheduled >= before.scheduled,
+                    "the schedule shrank while held: {} -> {}",
+                    before.scheduled,
+                    now.scheduled
+                );
+                if before.scheduled > 0 {
+                    held_pairs += 1;
+                }
+            }
+        }
+        last = Some(now);
+        sleep(Duration::from_millis(20));
+    }
+    let outs = wait_all(vec![(name.to_string(), child)]);
+    assert!(
+        held_pairs > 0,
+        "never saw a due retry held in the schedule ({name})"
+    );
+    let odd = (0..n).filter(|i| i % 2 == 1).count() as u64;
+    assert_eq!(command_calls(&mut con, "echo.hold"), odd, "ECHO.HOLD calls");
+    assert!(
+        outs[0].contains(&format!("held {odd} here")),
+        "the summary counts the holds: {}",
+        outs[0]
+    );
+    // Every job done exactly once, after exactly its planned attempts.
+    let key = |suffix: &str| format!("{{{queue}}}:{suffix}");
+    let done: HashSet<String> = q!(&mut con, "SMEMBERS", key("done"));
+    let want: HashSet<String> = (0..n).map(|i| format!("job-{i}")).collect();
+    assert_eq!(done, want, "done");
+    let dead: i64 = q!(&mut con, "ZCARD", key("dead"));
+    assert_eq!(dead, 0, "dead");
+    let attempts: BTreeMap<String, u64> = q!(&mut con, "HGETALL", key("attempts"));
+    for i in 0..n {
+        let want = if i % 2 == 1 { 3 } else { 1 };
+        assert_eq!(attempts.get(&format!("job-{i}")), Some(&want), "job-{i}");
+    }
+    let by: BTreeMap<String, u64> = q!(&mut con, "HGETALL", key("done-by"));
+    assert_eq!(by, BTreeMap::from([(name.to_string(), n as u64)]));
+    assert_pending_drained(&mut con, &queue);
+    let scheduled: i64 = q!(&mut con, "ZCARD", key("schedule"));
+    assert_eq!(scheduled, 0);
+    for (field, want) in [
+        ("echomq_retries", (2 * odd).to_string()),
+        ("echomq_promoted", (2 * odd).to_string()),
+        ("echomq_scheduled", "0".to_string()),
+        ("echomq_dead_lettered", "0".to_string()),
+        ("echomq_errors", "0".to_string()),
+    ] {
+        assert_eq!(info_field(&mut con, "echomq", field), want, "{field}");
+    }
+    let limited: u64 = info_field(&mut con, "echomq", "echomq_release_limited")
+        .parse()
+        .unwrap();
+    assert!(limited > 0, "no promote was held back");
+    println!(
+        "{name}: {held_pairs} pairs of samples inside a hold; {}",
+        outs[0].trim()
+    );
+}
+
+#[test]
+fn the_rust_worker_holds_the_schedule_when_its_dependency_is_overloaded() {
+    holds_the_schedule_when_overloaded(Lang::Rust, "rust");
+}
+
+#[test]
+fn the_python_worker_holds_the_schedule_when_its_dependency_is_overloaded() {
+    let test = "the_python_worker_holds_the_schedule_when_its_dependency_is_overloaded";
+    let Some(python) = python_or_skip(test) else {
+        return;
+    };
+    holds_the_schedule_when_overloaded(Lang::Python(python), "python");
+}
+
+#[test]
+fn the_node_worker_holds_the_schedule_when_its_dependency_is_overloaded() {
+    let test = "the_node_worker_holds_the_schedule_when_its_dependency_is_overloaded";
+    let Some(dir) = node::or_skip(test, node::node_dir()) else {
+        return;
+    };
+    holds_the_schedule_when_overloaded(Lang::Node(dir), "node");
+}
+
+/// `--seed --seed-delay-ms 1500`: the jobs' first runs are scheduled with
+/// ECHO.SCHEDULE (the worker prints the fire times it replied); no job is
+/// taken before the earliest of them by the server's clock, every job is
+/// done once, and the module counts them as scheduled, not as retries.
+fn seeds_with_a_delay(lang: Lang, name: &str) {
+    let (queue, n) = (format!("later-{name}"), 5);
+    let server = Server::start();
+    let mut con = server.conn();
+    let extra = ["--seed", "--seed-delay-ms", "1500", "--fail-first", "0"];
+    let (_, mut child) = spawn(lang, &server, &queue, n, name, &extra);
+    let (attempts_key, schedule) = (
+        format!("{{{queue}}}:attempts"),
+        format!("{{{queue}}}:schedule"),
+    );
+    // (server ms, jobs taken so far, jobs scheduled) in one atomic step each
+    let mut samples: Vec<(i64, usize, i64)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("try_wait").is_none() && Instant::now() < deadline {
+        let ((secs, micros), taken, scheduled): ((i64, i64), Vec<String>, i64) = redis::pipe()
+            .atomic()
+            .cmd("TIME")
+            .cmd("HKEYS")
+            .arg(&attempts_key)
+            .cmd("ZCARD")
+            .arg(&schedule)
+            .query(&mut con)
+            .expect("sample");
+        samples.push((secs * 1000 + micros / 1000, taken.len(), scheduled));
+        sleep(Duration::from_millis(20));
+    }
+    let outs = wait_all(vec![(name.to_string(), child)]);
+    // "scheduled job-0 .. job-4 with ECHO.SCHEDULE, due at A .. B (server ms)"
+    let line = outs[0]
+        .lines()
+        .find(|l| l.contains("with ECHO.SCHEDULE, due at "))
+        .unwrap_or_else(|| panic!("no fire times printed: {}", outs[0]));
+    let due: Vec<i64> = line
+        .split("due at ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [first_due, last_due] = due[..] else {
+        panic!("{line}")
+    };
+    assert!(first_due <= last_due, "{line}");
+    for &(now_ms, taken, _) in &samples {
+        if taken > 0 {
+            assert!(
+                now_ms >= first_due,
+                "{taken} job(s) taken at {now_ms}, before the first fire time {first_due}"
+            );
+        }
+    }
+    assert!(
+        samples
+            .iter()
+            .any(|&(now_ms, taken, scheduled)| now_ms < first_due
+                && taken == 0
+                && scheduled == n as i64),
+        "never saw the jobs waiting in the schedule: {samples:?}"
+    );
+    let done: HashSet<String> = q!(&mut con, "SMEMBERS", format!("{{{queue}}}:done"));
+    assert_eq!(done.len(), n, "{done:?}");
+    let attempts: BTreeMap<String, u64> = q!(&mut con, "HGETALL", &attempts_key);
+    assert!(attempts.values().all(|&a| a == 1), "{attempts:?}");
+    assert_pending_drained(&mut con, &queue);
+    for (field, want) in [
+        ("echomq_scheduled", n as u64),
+        ("echomq_retries", 0),
+        ("echomq_promoted", n as u64),
+        ("echomq_errors", 0),
+    ] {
+        assert_eq!(
+            info_field(&mut con, "echomq", field),
+            want.to_string(),
+            "{field}"
+        );
+    }
+    assert_eq!(command_calls(&mut con, "echo.retry"), 0, "ECHO.RETRY calls");
+    assert_eq!(command_calls(&mut con, "zadd"), 0, "ZADD calls");
+}
+
+#[test]
+fn the_rust_worker_seeds_with_a_delay_through_echo_schedule() {
+    seeds_with_a_delay(Lang::Rust, "rust");
+}
+
+#[test]
+fn the_python_worker_seeds_with_a_delay_through_echo_schedule() {
+    let test = "the_python_worker_seeds_with_a_delay_through_echo_schedule";
+    let Some(python) = python_or_skip(test) else {
+        return;
+    };
+    seeds_with_a_delay(Lang::Python(python), "python");
+}
+
+#[test]
+fn the_node_worker_seeds_with_a_delay_through_echo_schedule() {
+    let test = "the_node_worker_seeds_with_a_delay_through_echo_schedule";
+    let Some(dir) = node::or_skip(test, node::node_dir()) else {
+        return;
+    };
+    seeds_with_a_delay(Lang::Node(dir), "node");
 }

@@ -172,12 +172,24 @@ fn wait_consumers(con: &mut Connection, queue: &str, n: usize) {
 /// `job-0` .. `job-(N-1)` into the schedule, due 10 ms apart from now by the
 /// server's clock: the server promotes them into the stream over 2.4 s.
 fn schedule_jobs(con: &mut Connection, queue: &str) {
-    let now_ms = server_time_ms(con);
-    let mut zadd = cmd!("ZADD", key(queue, "schedule"));
+    schedule_jobs_apart(con, queue, 10);
+}
+
+/// `job-0` .. `job-(N-1)` into the schedule, due `apart_ms` apart from now
+/// by the server's clock: a producer's delayed first runs, with
+/// ECHO.SCHEDULE (not a retry), all in one MULTI/EXEC.
+fn schedule_jobs_apart(con: &mut Connection, queue: &str, apart_ms: i64) {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
     for i in 0..N {
-        zadd.arg(now_ms + i as i64 * 10).arg(format!("job-{i}"));
+        pipe.cmd("ECHO.SCHEDULE")
+            .arg(key(queue, "schedule"))
+            .arg(format!("job-{i}"))
+            .arg(i as i64 * apart_ms);
     }
-    let _: i64 = run(con, &zadd);
+    let fire_at: Vec<i64> = pipe.query(con).expect("ECHO.SCHEDULE");
+    assert_eq!(fire_at.len(), N);
+    assert_eq!(echomq_stat(con, "echomq_scheduled"), N as u64);
 }
 
 fn done_count(con: &mut Connection, queue: &str) -> Result<u64, String> {
@@ -315,7 +327,7 @@ fn workers_in_three_languages_go_on_through_a_cluster_failover() {
         "CREATE",
         key(queue, "pending"),
         "workers",
-        "$",
+        "0",
         "MKSTREAM"
     );
 
@@ -377,7 +389,7 @@ fn workers_in_three_languages_go_on_through_a_replicaof_swap() {
         "CREATE",
         key(queue, "pending"),
         "workers",
-        "$",
+        "0",
         "MKSTREAM"
     );
 
@@ -424,4 +436,245 @@ fn workers_in_three_languages_go_on_through_a_replicaof_swap() {
     });
     wait_replica_synced(&mut on_new, &mut on_old);
     assert_eq!(digest(&mut on_old), digest(&mut on_new));
+}
+
+/// The release limit of the limited queues below: 200 a second, bursts of 20.
+const RATE: i64 = 200;
+const BURST: i64 = 20;
+
+/// The same `echomq.auto-promote` pair and `echomq.release-limits` on every
+/// node, the stream and its group on the owner.
+fn limited_queue(cluster: &Cluster, queue: &str, owner: usize) {
+    let schedule = key(queue, "schedule");
+    configure_everywhere(cluster, &format!("{schedule} {}", key(queue, "pending")));
+    limit_everywhere(cluster, &format!("{schedule} {RATE}/s {BURST}"));
+    let _: () = q!(
+        &mut cluster.conn(owner),
+        "XGROUP",
+        "CREATE",
+        key(queue, "pending"),
+        "workers",
+        "0",
+        "MKSTREAM"
+    );
+}
+
+/// The new owner's own entry, read right after the switch: it started with
+/// a full burst (nothing of the old owner's state came along), so what it
+/// has released since and what it may still release make at least a burst
+/// (a state inherited from an old owner working through a backlog would
+/// start near 0).
+fn assert_starts_with_a_full_burst(limits: &BTreeMap<String, i64>, who: &str) {
+    assert_eq!(limits.get("burst"), Some(&BURST), "{who}: {limits:?}");
+    assert_eq!(limits.get("held-until-ms"), Some(&0), "{who}: {limits:?}");
+    let (available, released) = (limits["available"], limits["released"]);
+    assert!(
+        available + released >= BURST,
+        "{who} did not start with a full burst: {limits:?}"
+    );
+    if released == 0 {
+        assert_eq!(available, BURST, "{who}: {limits:?}");
+    }
+}
+
+/// At the end: `released` on a primary counts every member its limit let out
+/// of the schedule since its own entry was set, which, with only this queue
+/// promoted there, is every auto-promotion it made.
+fn assert_released_all_it_promoted(con: &mut Connection, queue: &str, who: &str) {
+    let released = limits_of(con, &key(queue, "schedule"))["released"];
+    let promoted = echomq_stat(con, "echomq_auto_promoted");
+    assert_eq!(
+        released as u64, promoted,
+        "{who}: released vs auto-promoted"
+    );
+}
+
+/// The jobs delivered and not acknowledged in `queue`'s stream on `con`.
+fn in_flight_on(con: &mut Connection, queue: &str) -> HashSet<String> {
+    let pending = key(queue, "pending");
+    let rows: Vec<(String, String, u64, u64)> =
+        q!(con, "XPENDING", &pending, "workers", "-", "+", 10_000);
+    let mut jobs = HashSet::new();
+    for (id, ..) in rows {
+        let entries: Vec<(String, Vec<String>)> = q!(con, "XRANGE", &pending, &id, &id);
+        for (_, fields) in entries {
+            if let [_, job] = &fields[..] {
+                jobs.insert(job.clone());
+            }
+        }
+    }
+    jobs
+}
+
+/// A LIMITED queue (`echomq.release-limits` "{q}:schedule 200/s 20" and the
+/// auto-promote pair on every node) under a Rust, a Python and a Node.js
+/// worker, through a CLUSTER FAILOVER of the slot's owner. The jobs fall due
+/// at 500 a second, over twice the rate, so the old owner works through a
+/// backlog its limit holds back. The replica keeps its own entry, full, and
+/// releases nothing until it takes over; then it starts with a full burst,
+/// and every job is done exactly once, as without a limit.
+#[test]
+fn workers_in_three_languages_go_on_through_a_cluster_failover_of_a_limited_queue() {
+    let test = "workers_in_three_languages_go_on_through_a_cluster_failover_of_a_limited_queue";
+    let langs = langs(test);
+    let queue = "lfo";
+    let schedule = key(queue, "schedule");
+    let cluster = Cluster::start();
+    let slot = cluster.keyslot(&schedule);
+    let a = cluster.owner(slot);
+    let r = cluster.replica_of(a);
+    let mut on_a = cluster.conn(a);
+    let mut on_r = cluster.conn(r);
+    rust_worker(); // built before any clock starts
+    limited_queue(&cluster, queue, a);
+    // The replica serves reads of its slots once told READONLY: its own
+    // entry, full, nothing released.
+    let _: () = q!(&mut on_r, "READONLY");
+    let before = limits_of(&mut on_r, &schedule);
+    assert_eq!(before.get("available"), Some(&BURST), "{before:?}");
+    assert_eq!(before.get("released"), Some(&0), "{before:?}");
+
+    let mut workers: Vec<Worker> = langs
+        .iter()
+        .map(|&(lang, name)| Worker::start(lang, &cluster.nodes[a].url(), queue, name))
+        .collect();
+    wait_consumers(&mut on_a, queue, 2 * workers.len());
+    schedule_jobs_apart(&mut on_a, queue, 2);
+    wait_done(&mut on_a, queue, 40);
+
+    let in_flight = pause_and_read_in_flight(&mut on_a, queue);
+    let done_before = done_count(&mut on_a, queue).unwrap();
+    let old_owner = limits_of(&mut on_a, &schedule);
+    let _: () = q!(&mut on_r, "CLUSTER", "FAILOVER");
+    wait_primary(&mut on_r, "the replica took over");
+    let new_owner = limits_of(&mut on_r, &schedule);
+    let _: () = q!(&mut on_a, "CLIENT", "UNPAUSE");
+    println!(
+        "failover with {done_before} of {N} done, {} in flight; ECHO.LIMITS on the old owner \
+         at the pause: {old_owner:?}; on the new one right after: {new_owner:?}",
+        in_flight.len()
+    );
+    assert!(
+        done_before < N as u64,
+        "the queue was done before the failover"
+    );
+    assert_starts_with_a_full_burst(&new_owner, "the new owner");
+
+    let stderrs = finish_all(&mut workers);
+    let names: Vec<String> = workers.iter().map(|w| w.name.clone()).collect();
+    assert_all_went_on(&names, &stderrs);
+    cluster.wait_stable(Duration::from_secs(30));
+    assert_eq!(cluster.owner(slot), r, "the slot is the new primary's");
+    check_after_failover(&mut on_r, queue, &in_flight);
+    // The old owner's limit held back part of the backlog; each primary
+    // released, under its own entry, exactly what its timer promoted.
+    assert!(echomq_stat(&mut on_a, "echomq_release_limited") > 0);
+    assert!(echomq_stat(&mut on_r, "echomq_auto_promoted") > 0);
+    assert_released_all_it_promoted(&mut on_r, queue, "the new owner");
+    for i in 0..cluster.nodes.len() {
+        let errors = echomq_stat(&mut cluster.conn(i), "echomq_auto_promote_errors");
+        assert_eq!(errors, 0, "node {}", cluster.port(i));
+    }
+}
+
+/// The same limited queue and workers, its slot migrated mid-run to another
+/// primary (IMPORTING/MIGRATING, one MIGRATE of every key of the slot,
+/// SETSLOT NODE everywhere). The workers know only the old owner: they retry
+/// through ASK and the keys' absence and follow MOVED to the new one. The
+/// new owner's entry, read while it imports the slot (ASKING), is full and
+/// has released nothing; right after the switch it starts with that full
+/// burst; every job is done exactly once.
+#[test]
+fn workers_in_three_languages_go_on_through_a_slot_migration_of_a_limited_queue() {
+    let test = "workers_in_three_languages_go_on_through_a_slot_migration_of_a_limited_queue";
+    let langs = langs(test);
+    let queue = "lmig";
+    let schedule = key(queue, "schedule");
+    let cluster = Cluster::start();
+    let slot = cluster.keyslot(&schedule);
+    let a = cluster.owner(slot);
+    let primaries = cluster.primaries();
+    let b = *primaries.iter().find(|&&i| i != a).unwrap();
+    let third = *primaries.iter().find(|&&i| i != a && i != b).unwrap();
+    let (a_id, b_id) = (cluster.id(a), cluster.id(b));
+    let mut on_a = cluster.conn(a);
+    let mut on_b = cluster.conn(b);
+    rust_worker(); // built before any clock starts
+    limited_queue(&cluster, queue, a);
+
+    let mut workers: Vec<Worker> = langs
+        .iter()
+        .map(|&(lang, name)| Worker::start(lang, &cluster.nodes[a].url(), queue, name))
+        .collect();
+    wait_consumers(&mut on_a, queue, 2 * workers.len());
+    schedule_jobs_apart(&mut on_a, queue, 2);
+    wait_done(&mut on_a, queue, 40);
+
+    let setslot = |con: &mut Connection, args: &[&str]| {
+        let _: () = q!(con, "CLUSTER", "SETSLOT", slot, args);
+    };
+    setslot(&mut on_b, &["IMPORTING", &a_id]);
+    setslot(&mut on_a, &["MIGRATING", &b_id]);
+    // B, importing, answers for the slot after ASKING: its own entry, full,
+    // nothing released (a primary promotes no slot it imports).
+    let (_, reply): ((), Vec<Value>) = redis::pipe()
+        .cmd("ASKING")
+        .cmd("ECHO.LIMITS")
+        .arg(&schedule)
+        .query(&mut on_b)
+        .expect("ASKING ECHO.LIMITS on B");
+    let importing = limits_from(&reply);
+    assert_eq!(importing.get("available"), Some(&BURST), "{importing:?}");
+    assert_eq!(importing.get("released"), Some(&0), "{importing:?}");
+
+    // In flight at the move: delivered and not acknowledged on A before the
+    // MIGRATE, or still so on B right after it (delivered in between).
+    let mut in_flight = in_flight_on(&mut on_a, queue);
+    let done_before = done_count(&mut on_a, queue).unwrap();
+    let old_owner = limits_of(&mut on_a, &schedule);
+    let keys: Vec<String> = q!(&mut on_a, "CLUSTER", "GETKEYSINSLOT", slot, 100);
+    let reply: String = q!(
+        &mut on_a,
+        "MIGRATE",
+        "127.0.0.1",
+        cluster.port(b),
+        "",
+        0,
+        10_000,
+        "KEYS",
+        &keys
+    );
+    assert_eq!(reply, "OK");
+    setslot(&mut on_b, &["NODE", &b_id]);
+    let new_owner = limits_of(&mut on_b, &schedule);
+    in_flight.extend(in_flight_on(&mut on_b, queue));
+    setslot(&mut on_a, &["NODE", &b_id]);
+    setslot(&mut cluster.conn(third), &["NODE", &b_id]);
+    println!(
+        "migration with {done_before} of {N} done, {} in flight; ECHO.LIMITS on the old owner \
+         before the MIGRATE: {old_owner:?}; on the new one right after: {new_owner:?}",
+        in_flight.len()
+    );
+    assert!(done_before < N as u64, "the queue was done before the move");
+    assert_starts_with_a_full_burst(&new_owner, "the new owner");
+    wait_until("the slot is B's", Duration::from_secs(30), || {
+        cluster.check_stable()?;
+        (cluster.owner(slot) == b)
+            .then_some(())
+            .ok_or("not yet".to_string())
+    });
+
+    let stderrs = finish_all(&mut workers);
+    let names: Vec<String> = workers.iter().map(|w| w.name.clone()).collect();
+    assert_all_went_on(&names, &stderrs);
+    check_after_failover(&mut on_b, queue, &in_flight);
+    let left_on_a: i64 = q!(&mut on_a, "CLUSTER", "COUNTKEYSINSLOT", slot);
+    assert_eq!(left_on_a, 0);
+    assert!(echomq_stat(&mut on_a, "echomq_release_limited") > 0);
+    assert!(echomq_stat(&mut on_b, "echomq_auto_promoted") > 0);
+    assert_released_all_it_promoted(&mut on_b, queue, "the new owner");
+    for i in 0..cluster.nodes.len() {
+        let errors = echomq_stat(&mut cluster.conn(i), "echomq_auto_promote_errors");
+        assert_eq!(errors, 0, "node {}", cluster.port(i));
+    }
 }

@@ -80,17 +80,24 @@ fn wait_errors(con: &mut Connection, n: u64) {
     );
 }
 
-#[test]
-fn wrong_typed_pairs_with_hostile_names_are_logged_escaped() {
+/// Makes one failing pair per hostile name, `{<tag><i>}<name>:s` and
+/// `...:p`, with `spoil` (which also puts one due job in the schedule),
+/// configures them all, and checks: the server stays up, each pair is
+/// logged once, escaped and bounded, with `reason`, and nothing moved.
+fn failing_pairs_are_logged_escaped(
+    tag: &str,
+    reason: &str,
+    spoil: impl Fn(&mut Connection, &[u8], &[u8]),
+) -> Server {
     let server = Server::start();
     let mut con = server.conn();
     let names = hostile();
     let mut pairs = Vec::new();
     for (i, (part, _)) in names.iter().enumerate() {
-        let schedule = name(&format!("w{i}"), part, ":s");
-        let pending = name(&format!("w{i}"), part, ":p");
+        let schedule = name(&format!("{tag}{i}"), part, ":s");
+        let pending = name(&format!("{tag}{i}"), part, ":p");
         let _: () = q!(&mut con, "ZADD", &schedule, 1, "job");
-        let _: () = q!(&mut con, "SET", &pending, "not a list");
+        spoil(&mut con, &schedule, &pending);
         pairs.push((schedule, pending));
     }
     let _: () = q!(
@@ -103,6 +110,24 @@ fn wrong_typed_pairs_with_hostile_names_are_logged_escaped() {
     wait_errors(&mut con, names.len() as u64);
     let pong: String = q!(&mut con, "PING");
     assert_eq!(pong, "PONG");
+    for (i, (_, shown)) in names.iter().enumerate() {
+        let lines = lines_with(&server, &format!("'{{{tag}{i}}}{shown}"));
+        assert_eq!(lines.len(), 1, "pair {i} ({shown}) logged once:\n{lines:?}");
+        assert!(lines[0].len() < 1024, "one bounded line: {}", lines[0]);
+        assert!(lines[0].contains(reason), "{}", lines[0]);
+    }
+    for (schedule, _) in &pairs {
+        let card: i64 = q!(&mut con, "ZCARD", schedule);
+        assert_eq!(card, 1, "nothing moved");
+    }
+    server
+}
+
+#[test]
+fn wrong_typed_pairs_with_hostile_names_are_logged_escaped() {
+    let server = failing_pairs_are_logged_escaped("w", "WRONGTYPE", |con, _, pending| {
+        let _: () = q!(con, "SET", pending, "not a list");
+    });
     // {w5} + 64 KB + :s (or :p), cut, each with its length.
     let long = lines_with(&server, "...(65542 bytes)");
     assert_eq!(long.len(), 1, "{long:?}");
@@ -112,62 +137,28 @@ fn wrong_typed_pairs_with_hostile_names_are_logged_escaped() {
         "{}",
         long[0]
     );
-    for (i, (_, shown)) in names.iter().enumerate() {
-        let lines = lines_with(&server, &format!("'{{w{i}}}{shown}"));
-        assert_eq!(lines.len(), 1, "pair {i} ({shown}) logged once:\n{lines:?}");
-        assert!(lines[0].len() < 1024, "one bounded line: {}", lines[0]);
-        assert!(lines[0].contains("WRONGTYPE"), "{}", lines[0]);
-    }
-    // Nothing moved: the pairs are refused whole.
-    for (schedule, _) in &pairs {
-        let card: i64 = q!(&mut con, "ZCARD", schedule);
-        assert_eq!(card, 1);
-    }
 }
 
 #[test]
 fn a_stream_out_of_ids_under_a_hostile_name_is_logged_escaped() {
-    let server = Server::start();
-    let mut con = server.conn();
-    let names = hostile();
-    let mut pairs = Vec::new();
-    for (i, (part, _)) in names.iter().enumerate() {
-        let schedule = name(&format!("x{i}"), part, ":s");
-        let pending = name(&format!("x{i}"), part, ":p");
-        let _: () = q!(&mut con, "ZADD", &schedule, 1, "job");
-        let _: String = q!(
-            &mut con,
-            "XADD",
-            &pending,
-            "18446744073709551615-18446744073709551615",
-            "job",
-            "last"
-        );
-        pairs.push((schedule, pending));
-    }
-    let _: () = q!(
-        &mut con,
-        "CONFIG",
-        "SET",
-        "echomq.auto-promote",
-        config_value(&pairs)
+    let server = failing_pairs_are_logged_escaped(
+        "x",
+        "exhausted the last possible ID",
+        |con, _, pending| {
+            let _: String = q!(
+                con,
+                "XADD",
+                pending,
+                "18446744073709551615-18446744073709551615",
+                "job",
+                "last"
+            );
+        },
     );
-    wait_errors(&mut con, names.len() as u64);
-    let pong: String = q!(&mut con, "PING");
-    assert_eq!(pong, "PONG");
-    for (i, (_, shown)) in names.iter().enumerate() {
-        let lines = lines_with(&server, &format!("'{{x{i}}}{shown}"));
-        assert_eq!(lines.len(), 1, "pair {i} ({shown}) logged once:\n{lines:?}");
-        assert!(
-            lines[0].contains("exhausted the last possible ID"),
-            "{}",
-            lines[0]
-        );
-    }
-    for (schedule, pending) in &pairs {
-        let card: i64 = q!(&mut con, "ZCARD", schedule);
-        let len: i64 = q!(&mut con, "XLEN", pending);
-        assert_eq!((card, len), (1, 1), "nothing moved");
+    let mut con = server.conn();
+    for (i, (part, _)) in hostile().iter().enumerate() {
+        let len: i64 = q!(&mut con, "XLEN", name(&format!("x{i}"), part, ":p"));
+        assert_eq!(len, 1, "nothing appended");
     }
 }
 
@@ -302,5 +293,55 @@ fn hostile_bytes_in_every_argument_get_a_printable_answer() {
             assert_eq!(pong, "PONG", "{shown:?}");
         }
         let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "");
+    }
+}
+
+/// In a cluster a pair whose keys hash to different slots is refused by
+/// every primary's timer, logged escaped, and no node goes down.
+#[test]
+fn a_cross_slot_pair_with_hostile_names_is_logged_escaped_on_every_primary() {
+    if !is_valkey(&mut Server::start().conn()) {
+        eprintln!("the cross-slot pair is checked on the Valkey test cluster only");
+        return;
+    }
+    let cluster = common::cluster::Cluster::start();
+    let names = hostile();
+    let mut value = Vec::new();
+    for (i, (part, _)) in names.iter().enumerate() {
+        value.extend_from_slice(&name(&format!("s{i}"), part, ":s "));
+        value.extend_from_slice(&name(&format!("p{i}"), part, ":p "));
+    }
+    for node in &cluster.nodes {
+        let _: () = q!(
+            &mut node.conn(),
+            "CONFIG",
+            "SET",
+            "echomq.auto-promote",
+            &value
+        );
+    }
+    for i in cluster.primaries() {
+        let mut con = cluster.conn(i);
+        wait_errors(&mut con, names.len() as u64);
+    }
+    for (n, node) in cluster.nodes.iter().enumerate() {
+        assert!(node.is_up(), "node {n} went down");
+        let pong: String = q!(&mut node.conn(), "PING");
+        assert_eq!(pong, "PONG");
+    }
+    for i in cluster.primaries() {
+        let log = cluster.nodes[i].log();
+        for (k, (_, shown)) in names.iter().enumerate() {
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains(&format!("'{{s{k}}}{shown}")))
+                .collect();
+            assert_eq!(
+                lines.len(),
+                1,
+                "primary {i}, pair {k} ({shown}):\n{lines:?}"
+            );
+            assert!(lines[0].contains("CROSSSLOT"), "{}", lines[0]);
+        }
     }
 }

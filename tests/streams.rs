@@ -47,7 +47,7 @@ fn stream_field(con: &mut Connection, key: &str, field: &str) -> String {
 fn promote_appends_due_jobs_to_a_stream_in_fire_time_order() {
     let server = Server::start();
     let mut con = server.conn();
-    let _: () = q!(&mut con, "XGROUP", "CREATE", "p", "workers", "$", "MKSTREAM");
+    let _: () = q!(&mut con, "XGROUP", "CREATE", "p", "workers", "0", "MKSTREAM");
     // ties at 3 follow the sorted set's own order (lexicographic)
     let _: () = q!(&mut con, "ZADD", "s", 5, "e", 1, "a", 3, "c2", 3, "c1", 2, "b", 9e15, "later");
     let t0 = server_time_ms(&mut con);
@@ -97,7 +97,7 @@ fn promote_appends_due_jobs_to_a_stream_in_fire_time_order() {
 fn a_client_blocked_in_xreadgroup_wakes() {
     let server = Server::start();
     let mut con = server.conn();
-    let _: () = q!(&mut con, "XGROUP", "CREATE", "p", "workers", "$", "MKSTREAM");
+    let _: () = q!(&mut con, "XGROUP", "CREATE", "p", "workers", "0", "MKSTREAM");
     let _: () = q!(&mut con, "ZADD", "s", 1, "job-1");
     let url = server.url();
     let reader = std::thread::spawn(move || {
@@ -191,7 +191,7 @@ fn a_stream_out_of_ids_keeps_what_it_took_and_refuses_the_rest() {
 
 /// Promotes into a stream from plain calls, MULTI/EXEC and Lua.
 fn stream_workload(con: &mut Connection) {
-    let _: () = q!(con, "XGROUP", "CREATE", "{q}:p", "workers", "$", "MKSTREAM");
+    let _: () = q!(con, "XGROUP", "CREATE", "{q}:p", "workers", "0", "MKSTREAM");
     for round in 0..30 {
         let mut pipe = redis::pipe();
         for i in 0..20 {
@@ -269,7 +269,7 @@ fn the_timer_promotes_into_a_stream_and_a_module_less_replica_matches() {
     let primary = Server::start_with(Options::default().arg("echomq.auto-promote", "{t}:s {t}:p"));
     let replica = start_replica(&primary, Options::without_module());
     let (mut p, mut r) = (primary.conn(), replica.conn());
-    let _: () = q!(&mut p, "XGROUP", "CREATE", "{t}:p", "workers", "$", "MKSTREAM");
+    let _: () = q!(&mut p, "XGROUP", "CREATE", "{t}:p", "workers", "0", "MKSTREAM");
     let mut pipe = redis::pipe();
     for i in 0..100 {
         pipe.add_command(cmd!(

@@ -6,6 +6,7 @@ import sys
 
 from . import (auto_promote, future_members, herd, latency, memory, promote_stream, promotion,
                retry_options, spread, throughput, web_scrape, worker_layouts)
+from . import limits
 from .harness import DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
 
@@ -14,7 +15,9 @@ SECTIONS = [("throughput", throughput), ("retry_options", retry_options),
             ("promotion", promotion), ("future_members", future_members), ("latency", latency),
             ("spread", spread), ("memory", memory), ("auto_promote", auto_promote),
             ("promote_stream", promote_stream), ("worker_layouts", worker_layouts),
-            ("web_scrape", web_scrape), ("herd", herd)]
+            ("web_scrape", web_scrape)]
+SECTIONS.append(("limits", limits))  # the release limit's own cost
+SECTIONS.append(("herd", herd))  # the herd against a dependency, the longest: last
 
 
 def main():

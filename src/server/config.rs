@@ -24,6 +24,26 @@ pub trait NumericConfig {
     fn set(value: i64) -> Result<(), &'static str>;
 }
 
+/// An integer config kept in a field of a state behind `$state()`: the
+/// server checks the declared range before `set`, the clamp restates it.
+macro_rules! numeric_config {
+    ($config:ident, $state:path, $field:ident, $min:expr, $max:expr) => {
+        struct $config;
+
+        impl $crate::server::config::NumericConfig for $config {
+            fn get() -> i64 {
+                $state().$field
+            }
+
+            fn set(value: i64) -> Result<(), &'static str> {
+                $state().$field = value.clamp($min, $max);
+                Ok(())
+            }
+        }
+    };
+}
+pub(crate) use numeric_config;
+
 /// Runs once after a CONFIG SET of any of the module's configs (and after
 /// the values are loaded at start-up).
 pub trait ApplyConfigs {

@@ -472,3 +472,43 @@ pub fn configure_everywhere(cluster: &Cluster, pairs: &str) {
         );
     }
 }
+
+/// Sets `echomq.release-limits` on every live node, as a deployment would
+/// (each primary keeps its own state for the schedules it owns).
+pub fn limit_everywhere(cluster: &Cluster, limits: &str) {
+    for node in cluster.nodes.iter().filter(|n| n.is_up()) {
+        let _: () = q!(
+            &mut node.conn(),
+            "CONFIG",
+            "SET",
+            "echomq.release-limits",
+            limits
+        );
+    }
+}
+
+/// `ECHO.LIMITS schedule` on `con` (RESP2: a flat field, value array) as
+/// field -> integer; nil (a schedule not listed) is absent, and the rates
+/// are left out (they are doubles).
+pub fn limits_of(con: &mut Connection, schedule: &str) -> BTreeMap<String, i64> {
+    let reply: Vec<Value> = q!(con, "ECHO.LIMITS", schedule);
+    limits_from(&reply)
+}
+
+/// The integer fields of an `ECHO.LIMITS` reply (RESP2).
+pub fn limits_from(reply: &[Value]) -> BTreeMap<String, i64> {
+    reply
+        .chunks(2)
+        .filter_map(|kv| {
+            let name = match &kv[0] {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                other => panic!("ECHO.LIMITS field name {other:?}"),
+            };
+            match kv.get(1) {
+                Some(Value::Int(n)) => Some((name, *n)),
+                _ => None,
+            }
+        })
+        .collect()
+}

@@ -46,8 +46,9 @@ fn api_reports_known_counts_exactly() {
         "window": {"start_ms": now, "end_ms": now + 60_000, "ms": 60_000, "buckets": 60},
         "queues": [
             {"name": "orders", "scheduled": scheduled, "due": b.due, "pending": b.pending,
-             "in_flight": 0, "dead": b.dead, "spread": spread},
-            {"name": "idle", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": vec![0; 60]},
+             "in_flight": 0, "dead": b.dead, "spread": spread, "release": unlimited()},
+            {"name": "idle", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": vec![0; 60],
+             "release": unlimited()},
             {"name": "broken", "error": "WRONGTYPE Operation against a key holding the wrong kind of value"},
         ],
         "info": info,
@@ -171,10 +172,10 @@ fn api_counts_stream_and_list_pending_with_in_flight() {
     assert_eq!(
         got["queues"],
         json!([
-            {"name": "s", "scheduled": 0, "due": 0, "pending": 5, "in_flight": 5, "dead": 1, "spread": zeros},
-            {"name": "l", "scheduled": 0, "due": 0, "pending": 3, "in_flight": 0, "dead": 0, "spread": zeros},
-            {"name": "e", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": zeros},
-            {"name": "m", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": zeros},
+            {"name": "s", "scheduled": 0, "due": 0, "pending": 5, "in_flight": 5, "dead": 1, "spread": zeros, "release": unlimited()},
+            {"name": "l", "scheduled": 0, "due": 0, "pending": 3, "in_flight": 0, "dead": 0, "spread": zeros, "release": unlimited()},
+            {"name": "e", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": zeros, "release": unlimited()},
+            {"name": "m", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": zeros, "release": unlimited()},
             {"name": "bad", "error": "WRONGTYPE Operation against a key holding the wrong kind of value"},
         ]),
         "{got}"
@@ -194,5 +195,128 @@ fn api_counts_stream_and_list_pending_with_in_flight() {
     assert_eq!(
         errors, errors_before,
         "the scrape sent no command that failed"
+    );
+}
+
+#[test]
+fn api_reports_release_limits_and_holds_exactly() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut args = Vec::new();
+    for q in LIMITED {
+        args.extend(["--queue", q]);
+    }
+    let web = Web::start(&server.url(), &args);
+    let built = limited_queues(&mut con);
+    let errors_before = info_field(&mut con, "stats", "total_error_replies");
+    let (status, got) = web.api();
+    assert_eq!(status, 200, "{got}");
+    let now = got["now_ms"].as_i64().expect("now_ms");
+    let zeros = vec![0; 60];
+    let ceiling = 10.0 * 1000.0 / 3_600_000.0;
+    let halved = 5.0 * 1000.0 / 3_600_000.0;
+    assert_eq!(
+        got["queues"],
+        json!([
+            {"name": "lim", "scheduled": 53, "due": 50, "pending": 0, "in_flight": 0, "dead": 0,
+             "spread": zeros,
+             "release": {"limited": true, "rate_per_second": 100.0, "rate_in_force_per_second": 100.0,
+                         "adaptive": false, "burst": 10, "available": 10, "held_until_ms": 0,
+                         "held_for_ms": 0, "held_back": 40, "released": 0, "failures": 0}},
+            {"name": "ada", "scheduled": 4, "due": 3, "pending": 5, "in_flight": 0, "dead": 0,
+             "spread": zeros,
+             "release": {"limited": true, "rate_per_second": ceiling, "rate_in_force_per_second": halved,
+                         "adaptive": true, "burst": 5, "available": 0, "held_until_ms": 0,
+                         "held_for_ms": 0, "held_back": 3, "released": 5, "failures": 1}},
+            {"name": "held", "scheduled": 4, "due": 4, "pending": 0, "in_flight": 0, "dead": 0,
+             "spread": zeros,
+             "release": {"limited": false, "rate_per_second": null, "rate_in_force_per_second": null,
+                         "adaptive": null, "burst": null, "available": null,
+                         "held_until_ms": built.held_until_ms,
+                         "held_for_ms": built.held_until_ms - now, "held_back": 4,
+                         "released": null, "failures": null}},
+            {"name": "free", "scheduled": 2, "due": 2, "pending": 0, "in_flight": 0, "dead": 0,
+             "spread": zeros, "release": unlimited()},
+        ]),
+        "{got}"
+    );
+    assert!(
+        (1..=600_000).contains(&(built.held_until_ms - now)),
+        "held for {} ms",
+        built.held_until_ms - now
+    );
+    // The same as ECHO.LIMITS says, field by field.
+    for (i, q) in LIMITED.iter().enumerate() {
+        let want = limits_of(&mut con, &format!("{{{q}}}:schedule"));
+        let r = &got["queues"][i]["release"];
+        for (field, key) in [
+            ("rate", "rate_per_second"),
+            ("rate-in-force", "rate_in_force_per_second"),
+            ("burst", "burst"),
+            ("available", "available"),
+            ("held-until-ms", "held_until_ms"),
+            ("released", "released"),
+            ("failures", "failures"),
+        ] {
+            assert_eq!(r[key].as_f64(), want[field], "{q} {field}");
+        }
+        assert_eq!(
+            r["adaptive"].as_bool(),
+            want["adaptive"].map(|a| a != 0.0),
+            "{q}"
+        );
+    }
+    // One more command per queue, in the same pipeline: still three round
+    // trips, and no command failed.
+    assert_eq!(got["round_trips"], json!(3));
+    assert_eq!(
+        info_field(&mut con, "stats", "total_error_replies"),
+        errors_before
+    );
+    assert_eq!(
+        (
+            got["info"]["echomq_scheduled"].clone(),
+            got["info"]["echomq_release_limited"].clone(),
+            got["info"]["echomq_adaptive_decreases"].clone()
+        ),
+        (json!(3), json!(1), json!(1)),
+        "{}",
+        got["info"]
+    );
+    // Reading the limits released nothing.
+    assert_eq!(info_field(&mut con, "echomq", "echomq_promoted"), "5");
+}
+
+#[test]
+fn a_user_not_allowed_echo_limits_still_sees_the_counts() {
+    // What echomq-web shows when ECHO.LIMITS is refused: the counts, and the
+    // refusal where the limits would be (an older module without the
+    // command shows no limits at all: `release` null, see the unit tests).
+    let server = Server::start();
+    let mut admin = server.conn();
+    let _: () = q!(
+        &mut admin,
+        "ACL",
+        "SETUSER",
+        "nolimits",
+        "on",
+        ">pw",
+        "~*",
+        "+@all",
+        "-echo.limits"
+    );
+    let _: i64 = q!(&mut admin, "LPUSH", "{q}:pending", "a", "b");
+    let web = Web::start(
+        &format!("redis://nolimits:pw@127.0.0.1:{}/", server.port),
+        &["--queue", "q"],
+    );
+    let (status, got) = web.api();
+    assert_eq!(status, 200, "{got}");
+    let q = &got["queues"][0];
+    assert_eq!(q["pending"], json!(2), "{q}");
+    assert_eq!(
+        q["release"],
+        json!({"error": "NOPERM User nolimits has no permissions to run the 'ECHO.LIMITS' command"}),
+        "{q}"
     );
 }

@@ -499,7 +499,7 @@ pub fn stream_queue(
 ) -> (i64, i64) {
     let p = format!("{{{q}}}:pending");
     for group in ["workers", "audit"] {
-        let _: () = q!(con, "XGROUP", "CREATE", &p, group, "$", "MKSTREAM");
+        let _: () = q!(con, "XGROUP", "CREATE", &p, group, "0", "MKSTREAM");
     }
     for i in 0..entries {
         let _: String = q!(con, "XADD", &p, "*", "job", format!("{q}-{i}"));
@@ -673,4 +673,112 @@ pub fn parse_exposition(python: &Path, text: &str) -> Vec<(String, String, Json,
     let samples: Vec<(String, String, Json, f64)> =
         serde_json::from_slice(&out.stdout).expect("the parser's JSON");
     samples
+}
+
+/// The `release` of /api/queues for a queue neither limited nor held.
+pub fn unlimited() -> Json {
+    json!({"limited": false, "rate_per_second": null, "rate_in_force_per_second": null,
+           "adaptive": null, "burst": null, "available": null, "held_until_ms": 0,
+           "held_for_ms": 0, "held_back": 0, "released": null, "failures": null})
+}
+
+/// Four queues under release limits, each with due members (none falls due
+/// or leaves while a test reads them: nothing promotes, and no limit
+/// refills within minutes where it matters):
+/// - `lim`: `100/s 10`, 50 due and 3 in ten minutes: the limit lets its
+///   full burst of 10 leave, 40 are held back (the later 3 by ECHO.SCHEDULE,
+///   which is not a failure);
+/// - `ada`: `adaptive:10/h 5`, 8 due of which one ECHO.PROMOTE released
+///   the burst of 5, then one failure (an ECHO.RETRY naming it) in that
+///   window, so the rate in force is halved to 5/h; 3 due held back;
+/// - `held`: no limit, held for ten minutes by ECHO.HOLD, 4 due held back;
+/// - `free`: no limit, no hold, 2 due.
+pub struct LimitedQueues {
+    pub held_until_ms: i64,
+}
+
+pub const LIMITED: [&str; 4] = ["lim", "ada", "held", "free"];
+
+pub fn limited_queues(con: &mut Connection) -> LimitedQueues {
+    let _: () = q!(
+        con,
+        "CONFIG",
+        "SET",
+        "echomq.release-limits",
+        "{lim}:schedule 100/s 10 {ada}:schedule adaptive:10/h 5"
+    );
+    // Short windows, so the failure's window closes soon after it.
+    let _: () = q!(con, "CONFIG", "SET", "echomq.adaptive-window-ms", 10);
+    let now = server_time_ms(con);
+    let due = |con: &mut Connection, q: &str, n: i64| {
+        for i in 0..n {
+            let _: i64 = q!(
+                con,
+                "ZADD",
+                format!("{{{q}}}:schedule"),
+                now - 1000 - i,
+                format!("{q}-due-{i}")
+            );
+        }
+    };
+    due(con, "lim", 50);
+    // Later runs that are not failures (ECHO.SCHEDULE, not ECHO.RETRY).
+    for i in 0..3 {
+        let _: i64 = q!(
+            con,
+            "ECHO.SCHEDULE",
+            "{lim}:schedule",
+            format!("lim-later-{i}"),
+            600_000
+        );
+    }
+    due(con, "ada", 8);
+    assert_eq!(promote(con, "{ada}:schedule", "{ada}:pending"), 5);
+    retry(con, "{ada}:schedule", "ada-failed", "fixed:600000", 1);
+    due(con, "held", 4);
+    let held_until_ms: i64 = q!(con, "ECHO.HOLD", "{held}:schedule", 600_000);
+    assert!(held_until_ms > now, "{held_until_ms}");
+    due(con, "free", 2);
+    // The failure's window closes (ECHO.LIMITS rolls it): one decrease,
+    // after which only empty windows follow and the rate stays.
+    sleep(Duration::from_millis(50));
+    let ada = limits_of(con, "{ada}:schedule");
+    assert_eq!(
+        ada["rate-in-force"],
+        Some(5.0 * 1000.0 / 3_600_000.0),
+        "{ada:?}"
+    );
+    assert_eq!(info_field(con, "echomq", "echomq_adaptive_decreases"), "1");
+    LimitedQueues { held_until_ms }
+}
+
+/// ECHO.LIMITS of `schedule` as read over RESP2 (a flat field/value array,
+/// the doubles as bulk strings): each field's number, None for nil.
+pub fn limits_of(
+    con: &mut Connection,
+    schedule: &str,
+) -> std::collections::BTreeMap<String, Option<f64>> {
+    let reply: Vec<redis::Value> = q!(con, "ECHO.LIMITS", schedule);
+    assert_eq!(reply.len(), 16, "{reply:?}");
+    reply
+        .chunks_exact(2)
+        .map(|p| {
+            let name = match &p[0] {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                redis::Value::SimpleString(s) => s.clone(),
+                other => panic!("ECHO.LIMITS field {other:?}"),
+            };
+            let value = match &p[1] {
+                redis::Value::Nil => None,
+                redis::Value::Int(i) => Some(*i as f64),
+                redis::Value::BulkString(b) => Some(
+                    String::from_utf8_lossy(b)
+                        .parse::<f64>()
+                        .unwrap_or_else(|e| panic!("{name}: {e}")),
+                ),
+                other => panic!("ECHO.LIMITS {name}: {other:?}"),
+            };
+            (name, value)
+        })
+        .collect()
 }

@@ -4,6 +4,7 @@
 use crate::common::*;
 use crate::harness::*;
 use crate::node;
+use serde_json::json;
 
 #[test]
 fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
@@ -92,7 +93,7 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
 
     // Every INFO echomq field: counters as <field>_total, the two gauges as themselves.
     let info = api["info"].as_object().expect("info");
-    assert_eq!(info.len(), 11, "{info:?}");
+    assert_eq!(info.len(), 14, "{info:?}");
     for (field, value) in info {
         let want = value.as_f64().expect("number");
         let got = match field.as_str() {
@@ -113,8 +114,10 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
         find("echomq_promote_calls_total", None),
         Some(("counter".into(), 1.0))
     );
-    // Nothing else: 1 + 15 queue samples + 11 INFO fields.
-    assert_eq!(samples.len(), 1 + 15 + 11, "{samples:?}");
+    // Nothing else: 1 + 15 queue samples + 14 INFO fields (no queue is
+    // limited or held, so no release series).
+    assert_eq!(samples.len(), 1 + 15 + 14, "{samples:?}");
+    assert!(!text.contains("echomq_release_rate"), "{text}");
 }
 
 #[test]
@@ -155,4 +158,105 @@ fn metrics_say_echomq_up_0_with_status_200_without_the_server() {
             promtool_check(&tool, &text);
         }
     }
+}
+
+#[test]
+fn release_metrics_equal_echo_limits_and_pass_promtool() {
+    let test = "release_metrics_equal_echo_limits_and_pass_promtool";
+    let Some(tool) = node::or_skip(test, promtool()) else {
+        return;
+    };
+    let Some(python) = node::or_skip(test, prom_python()) else {
+        return;
+    };
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut args = Vec::new();
+    for q in LIMITED {
+        args.extend(["--queue", q]);
+    }
+    let web = Web::start(&server.url(), &args);
+    let built = limited_queues(&mut con);
+    let (status, content_type, text) = web.get_typed("/metrics");
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+    promtool_check(&tool, &text);
+    let samples = parse_exposition(python, &text);
+    let find = |name: &str, queue: Option<&str>| -> Option<(String, f64)> {
+        samples
+            .iter()
+            .find(|(_, n, labels, _)| {
+                n == name && queue.is_none_or(|q| labels["queue"].as_str() == Some(q))
+            })
+            .map(|(t, _, _, v)| (t.clone(), *v))
+    };
+    // Each series equals ECHO.LIMITS of the queue's schedule, read now.
+    let series = [
+        (
+            "echomq_release_rate_per_second",
+            "gauge",
+            "rate-in-force",
+            1.0,
+        ),
+        (
+            "echomq_release_rate_ceiling_per_second",
+            "gauge",
+            "rate",
+            1.0,
+        ),
+        (
+            "echomq_release_held_until_seconds",
+            "gauge",
+            "held-until-ms",
+            0.001,
+        ),
+        ("echomq_release_released_total", "counter", "released", 1.0),
+        ("echomq_release_failures_total", "counter", "failures", 1.0),
+    ];
+    let mut release_samples = 0;
+    for q in LIMITED {
+        let limits = limits_of(&mut con, &format!("{{{q}}}:schedule"));
+        let limited = limits["rate"].is_some();
+        let held = limits["held-until-ms"] != Some(0.0);
+        for (name, kind, field, factor) in series {
+            let got = find(name, Some(q));
+            let want = limits[field]
+                .filter(|_| limited || held)
+                .map(|v| (kind.to_string(), v * factor));
+            assert_eq!(got, want, "{q} {name}\n{text}");
+            release_samples += usize::from(got.is_some());
+        }
+    }
+    // lim and ada: all five; held: its hold alone; free: nothing.
+    assert_eq!(release_samples, 5 + 5 + 1, "{text}");
+    // The numbers themselves, not only their agreement.
+    let v = |n: &str, q: &str| find(n, Some(q)).map(|(_, v)| v);
+    assert_eq!(v("echomq_release_rate_per_second", "lim"), Some(100.0));
+    assert_eq!(
+        v("echomq_release_rate_per_second", "ada"),
+        Some(5.0 * 1000.0 / 3_600_000.0)
+    );
+    assert_eq!(
+        v("echomq_release_rate_ceiling_per_second", "ada"),
+        Some(10.0 * 1000.0 / 3_600_000.0)
+    );
+    assert_eq!(v("echomq_release_released_total", "ada"), Some(5.0));
+    assert_eq!(v("echomq_release_failures_total", "ada"), Some(1.0));
+    assert_eq!(v("echomq_release_held_until_seconds", "lim"), Some(0.0));
+    assert_eq!(
+        v("echomq_release_held_until_seconds", "held"),
+        Some(built.held_until_ms as f64 / 1000.0)
+    );
+    assert_eq!(v("echomq_release_rate_per_second", "held"), None);
+    assert!(!text.contains(r#"echomq_release_held_until_seconds{queue="free"}"#));
+    // The new INFO fields, as counters like the others.
+    for (name, want) in [
+        ("echomq_scheduled_total", 3.0),
+        ("echomq_release_limited_total", 1.0),
+        ("echomq_adaptive_decreases_total", 1.0),
+    ] {
+        assert_eq!(find(name, None), Some(("counter".into(), want)), "{name}");
+    }
+    let (_, api) = web.api();
+    assert_eq!(api["info"]["echomq_adaptive_decreases"], json!(1));
 }

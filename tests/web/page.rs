@@ -5,7 +5,7 @@
 use crate::common::*;
 use crate::harness::*;
 use crate::node;
-use serde_json::json;
+use serde_json::{json, Value as Json};
 
 #[test]
 fn the_page_draws_counts_and_the_spread_in_chromium() {
@@ -183,4 +183,92 @@ fn the_page_warns_while_the_eviction_policy_is_unsafe_in_chromium() {
         "the warning gone after noeviction",
     );
     assert_eq!(w["text"], json!(""), "{w}");
+}
+
+#[test]
+fn the_page_shows_release_limits_and_holds_in_chromium() {
+    let test = "the_page_shows_release_limits_and_holds_in_chromium";
+    let Some(mut browser) = Browser::start(test) else {
+        return;
+    };
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut args = Vec::new();
+    for q in LIMITED {
+        args.extend(["--queue", q]);
+    }
+    let web = Web::start(&server.url(), &args);
+    let built = limited_queues(&mut con);
+    browser.open(&format!("{}/", web.base));
+    // Each card's release line: its parts by name, as shown.
+    const RELEASE_JS: &str = r#"(() => {
+      const out = {};
+      for (const c of document.querySelectorAll("section.queue")) {
+        const r = c.querySelector(".release");
+        const parts = {};
+        for (const p of r.querySelectorAll("[data-release]")) parts[p.dataset.release] = p.textContent;
+        out[c.dataset.queue] = { shown: !r.hidden && r.getBoundingClientRect().height > 0,
+                                 text: r.textContent, parts, held_until: r.dataset.heldUntil };
+      }
+      return out.lim && out.lim.shown && document.getElementById("status").dataset.state === "live" && out;
+    })()"#;
+    let got = browser.wait(RELEASE_JS, "the release lines");
+    let digits = |s: &Json| -> i64 {
+        s.as_str()
+            .unwrap_or_default()
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap_or(-1)
+    };
+    assert_eq!(
+        got["lim"]["parts"],
+        json!({"rate": "limit 100/s", "burst": "burst 10", "held_back": "40 due held back"}),
+        "{got}"
+    );
+    assert_eq!(
+        got["lim"]["text"],
+        json!("limit 100/s · burst 10 · 40 due held back")
+    );
+    assert_eq!(
+        got["ada"]["parts"],
+        json!({"rate": "adaptive 5/h of 10/h", "burst": "burst 5", "held_back": "3 due held back"}),
+        "{got}"
+    );
+    // The hold: for how long from the server time the scrape read, and
+    // until when (the exact end, in the line's data).
+    let held = &got["held"]["parts"];
+    assert_eq!(held["rate"], json!("no release limit"), "{got}");
+    assert_eq!(held["held_back"], json!("4 due held back"), "{got}");
+    let hold = held["hold"].as_str().unwrap_or_default();
+    assert!(
+        hold.starts_with("held for ") && hold.ends_with(" ms"),
+        "{hold}"
+    );
+    let ms = digits(&held["hold"]);
+    assert!((1..=600_000).contains(&ms), "{hold}");
+    assert_eq!(
+        got["held"]["held_until"],
+        json!(built.held_until_ms.to_string()),
+        "{got}"
+    );
+    assert_eq!(
+        got["free"]["parts"],
+        json!({"rate": "no release limit"}),
+        "{got}"
+    );
+    for q in ["lim", "ada", "free"] {
+        assert_eq!(got[q]["held_until"], json!("0"), "{q}: {got}");
+    }
+    browser.screenshot(&node::target_dir().join("web/echomq-web-limits.png"));
+
+    // The hold lifted (ECHO.HOLD 0): the page says so on its next poll.
+    let _: i64 = q!(&mut con, "ECHO.HOLD", "{held}:schedule", 0);
+    let lifted = browser.wait(
+        "(() => { const r = document.querySelector('section.queue[data-queue=\"held\"] .release'); \
+          return r.dataset.heldUntil === '0' && r.textContent; })()",
+        "the hold lifted",
+    );
+    assert_eq!(lifted, json!("no release limit"));
 }

@@ -299,7 +299,7 @@ fn rediss_with_a_ca_file_and_a_clean_error_with_the_wrong_ca() {
         assert_eq!(
             got["queues"][0],
             json!({"name": "t", "scheduled": 0, "due": 0, "pending": 3, "in_flight": 0,
-                   "dead": 1, "spread": vec![0; 60]})
+                   "dead": 1, "spread": vec![0; 60], "release": unlimited()})
         );
         assert!(got["info"].get("echomq_retries").is_some(), "{got}");
         assert_eq!(got["maxmemory_policy"], json!("noeviction"));
@@ -435,7 +435,15 @@ fn least_privilege_users_run_the_web_view_and_the_worker() {
         "{said}"
     );
 
-    // echomq-web, as echomq-web: the same numbers as the admin reads.
+    // echomq-web, as echomq-web: the same numbers as the admin reads, and
+    // the release limit of a queue (ECHO.LIMITS, allowed by the line).
+    let _: () = q!(
+        &mut admin,
+        "CONFIG",
+        "SET",
+        "echomq.release-limits",
+        "{orders}:schedule 100/s 10"
+    );
     let web = Web::launch(
         &["--queue", "orders"],
         &[(
@@ -454,9 +462,12 @@ fn least_privilege_users_run_the_web_view_and_the_worker() {
         got["queues"],
         json!([
             {"name": "orders", "scheduled": 0, "due": 0, "pending": pending, "in_flight": 0,
-             "dead": dead, "spread": zeros},
+             "dead": dead, "spread": zeros,
+             "release": {"limited": true, "rate_per_second": 100.0, "rate_in_force_per_second": 100.0,
+                         "adaptive": false, "burst": 10, "available": 10, "held_until_ms": 0,
+                         "held_for_ms": 0, "held_back": 0, "released": 0, "failures": 0}},
             {"name": "mail", "scheduled": 0, "due": 0, "pending": 1, "in_flight": 0,
-             "dead": 0, "spread": zeros},
+             "dead": 0, "spread": zeros, "release": unlimited()},
         ]),
         "{got}"
     );

@@ -12,7 +12,7 @@
 
 use std::fmt::Write;
 
-use crate::snapshot::{Counts, Number, Snapshot};
+use crate::snapshot::{Counts, Number, Release, Snapshot};
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -48,6 +48,18 @@ const COUNTERS: &[(&str, &str)] = &[
     (
         "echomq_auto_promote_errors",
         "Auto-promotion pairs that failed in a tick (e.g. WRONGTYPE)",
+    ),
+    (
+        "echomq_scheduled",
+        "ECHO.SCHEDULE calls that replied a fire time or -2 (runs scheduled, not failures)",
+    ),
+    (
+        "echomq_release_limited",
+        "ECHO.PROMOTE calls and timer ticks that left due members in a schedule because of a release limit or a hold",
+    ),
+    (
+        "echomq_adaptive_decreases",
+        "Times an adaptive release limit halved its rate in force",
     ),
 ];
 
@@ -102,6 +114,43 @@ const QUEUE_GAUGES: &[(&str, &str, Field)] = &[
         "echomq_queue_dead",
         "Members of {NAME}:dead",
         |c| c.dead,
+    ),
+];
+
+/// The per-queue series of the release limits, for the queues ECHO.LIMITS
+/// reports limited or held: the family, its type, its help, and the value
+/// (None: no sample for this queue, e.g. the rates of a queue only held).
+type ReleaseField = fn(&Release) -> Option<f64>;
+const RELEASE_SERIES: &[(&str, &str, &str, ReleaseField)] = &[
+    (
+        "echomq_release_rate_per_second",
+        "gauge",
+        "Members per second the release limit of {NAME}:schedule allows now (the rate in force: below the ceiling after an adaptive decrease)",
+        |r| r.limit.as_ref().map(|l| l.in_force_per_second),
+    ),
+    (
+        "echomq_release_rate_ceiling_per_second",
+        "gauge",
+        "Members per second configured for {NAME}:schedule in echomq.release-limits (the ceiling of an adaptive limit)",
+        |r| r.limit.as_ref().map(|l| l.rate_per_second),
+    ),
+    (
+        "echomq_release_held_until_seconds",
+        "gauge",
+        "Unix time in seconds until which ECHO.HOLD keeps every member in {NAME}:schedule; 0 when not held",
+        |r| Some(r.held_until_ms as f64 / 1000.0),
+    ),
+    (
+        "echomq_release_released_total",
+        "counter",
+        "Members released from {NAME}:schedule through its limit since its echomq.release-limits entry was set",
+        |r| r.limit.as_ref().map(|l| l.released as f64),
+    ),
+    (
+        "echomq_release_failures_total",
+        "counter",
+        "ECHO.RETRY calls naming {NAME}:schedule (failures, dead-lettering included) since its echomq.release-limits entry was set",
+        |r| r.limit.as_ref().map(|l| l.failures as f64),
     ),
 ];
 
@@ -175,6 +224,28 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
             }
         }
     }
+    for (name, kind, help, value) in RELEASE_SERIES {
+        let samples: Vec<(&str, f64)> = s
+            .queues
+            .iter()
+            .filter_map(|q| match &q.counts {
+                Ok(Counts {
+                    release: Some(Ok(r)),
+                    ..
+                }) if r.applies() => Some((q.name.as_str(), value(r)?)),
+                _ => None,
+            })
+            .collect();
+        // A family only when it has samples: with no limit or hold
+        // configured, /metrics is what it was.
+        if samples.is_empty() {
+            continue;
+        }
+        family(&mut out, name, kind, help);
+        for (queue, v) in samples {
+            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v}", escape_label(queue));
+        }
+    }
     for (field, value) in &s.info {
         if let Some((_, help)) = COUNTERS.iter().find(|(f, _)| f == field) {
             let name = format!("{field}_total");
@@ -201,7 +272,7 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{QueueStats, Window};
+    use crate::snapshot::{Limit, QueueStats, Window};
 
     fn counts(n: i64) -> Counts {
         Counts {
@@ -211,6 +282,14 @@ mod tests {
             in_flight: n + 3,
             dead: n + 4,
             spread: vec![],
+            release: None,
+        }
+    }
+
+    fn with_release(n: i64, release: Release) -> Counts {
+        Counts {
+            release: Some(Ok(release)),
+            ..counts(n)
         }
     }
 
@@ -258,6 +337,44 @@ mod tests {
                     name: "broken".into(),
                     counts: Err("WRONGTYPE".into()),
                 },
+                QueueStats {
+                    name: "lim".into(),
+                    counts: Ok(with_release(
+                        0,
+                        Release {
+                            limit: Some(Limit {
+                                rate_per_second: 200.0,
+                                in_force_per_second: 12.5,
+                                burst: 20,
+                                adaptive: true,
+                                available: 4,
+                                released: 30,
+                                failures: 6,
+                            }),
+                            held_until_ms: 0,
+                        },
+                    )),
+                },
+                QueueStats {
+                    name: "held".into(),
+                    counts: Ok(with_release(
+                        0,
+                        Release {
+                            limit: None,
+                            held_until_ms: 1_795_987_450_887,
+                        },
+                    )),
+                },
+                QueueStats {
+                    name: "free".into(),
+                    counts: Ok(with_release(
+                        0,
+                        Release {
+                            limit: None,
+                            held_until_ms: 0,
+                        },
+                    )),
+                },
             ],
             info: vec![
                 ("echomq_retries".into(), Number::Int(5)),
@@ -275,10 +392,31 @@ mod tests {
             [
                 "echomq_up 1",
                 r#"echomq_queue_scheduled{queue="a\"b\\c"} 10"#,
+                r#"echomq_queue_scheduled{queue="lim"} 0"#,
+                r#"echomq_queue_scheduled{queue="held"} 0"#,
+                r#"echomq_queue_scheduled{queue="free"} 0"#,
                 r#"echomq_queue_due{queue="a\"b\\c"} 11"#,
+                r#"echomq_queue_due{queue="lim"} 1"#,
+                r#"echomq_queue_due{queue="held"} 1"#,
+                r#"echomq_queue_due{queue="free"} 1"#,
                 r#"echomq_queue_pending{queue="a\"b\\c"} 12"#,
+                r#"echomq_queue_pending{queue="lim"} 2"#,
+                r#"echomq_queue_pending{queue="held"} 2"#,
+                r#"echomq_queue_pending{queue="free"} 2"#,
                 r#"echomq_queue_in_flight{queue="a\"b\\c"} 13"#,
+                r#"echomq_queue_in_flight{queue="lim"} 3"#,
+                r#"echomq_queue_in_flight{queue="held"} 3"#,
+                r#"echomq_queue_in_flight{queue="free"} 3"#,
                 r#"echomq_queue_dead{queue="a\"b\\c"} 14"#,
+                r#"echomq_queue_dead{queue="lim"} 4"#,
+                r#"echomq_queue_dead{queue="held"} 4"#,
+                r#"echomq_queue_dead{queue="free"} 4"#,
+                "echomq_release_rate_per_second{queue=\"lim\"} 12.5",
+                "echomq_release_rate_ceiling_per_second{queue=\"lim\"} 200",
+                "echomq_release_held_until_seconds{queue=\"lim\"} 0",
+                "echomq_release_held_until_seconds{queue=\"held\"} 1795987450.887",
+                "echomq_release_released_total{queue=\"lim\"} 30",
+                "echomq_release_failures_total{queue=\"lim\"} 6",
                 "echomq_retries_total 5",
                 "echomq_eviction_policy_safe 0",
                 "echomq_auto_promote_lag_seconds_max 1.25",
@@ -288,6 +426,8 @@ mod tests {
         assert!(text.contains("# TYPE echomq_retries_total counter\n"));
         assert!(text.contains("# TYPE echomq_eviction_policy_safe gauge\n"));
         assert!(text.contains("# TYPE echomq_new_thing untyped\n"));
+        assert!(text.contains("# TYPE echomq_release_released_total counter\n"));
+        assert!(text.contains("# TYPE echomq_release_held_until_seconds gauge\n"));
         // Every family has its HELP and TYPE, each once.
         for l in &lines {
             let name = l.split(['{', ' ']).next().unwrap_or_default();

@@ -12,6 +12,7 @@ const cards = new Map();
 let prev = null;          // the last good reply, for rates
 let failingSince = null;
 const fmt = new Intl.NumberFormat();
+const fmtRate = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
 
 function rate(field, cur) {
   if (!prev || !(field in cur.info) || !(field in prev.info)) return null;
@@ -40,6 +41,7 @@ function card(name) {
       <div data-field="pending"><b>0</b><small>pending</small></div>
       <div data-field="in_flight" title="Delivered to a consumer of the stream, not yet acknowledged (0 for a list)"><b>0</b><small>in flight</small></div>
       <div class="dead" data-field="dead"><b>0</b><small>dead</small></div></div>
+    <div class="release" hidden></div>
     <svg class="spread" preserveAspectRatio="none" role="img"><path d=""></path></svg>
     <div class="axis"><span>now</span><span class="peak"></span><span class="end"></span></div>
     <div class="hint"></div><div class="err"></div>`;
@@ -50,7 +52,8 @@ function card(name) {
           f => [f, el.querySelector(`[data-field="${f}"] b`)])),
         svg: el.querySelector("svg"), path: el.querySelector("path"),
         peak: el.querySelector(".peak"), end: el.querySelector(".end"),
-        hint: el.querySelector(".hint"), err: el.querySelector(".err") };
+        hint: el.querySelector(".hint"), err: el.querySelector(".err"),
+        release: el.querySelector(".release") };
   c.svg.addEventListener("mousemove", (ev) => hover(c, ev));
   c.svg.addEventListener("mouseleave", () => { c.hint.textContent = ""; });
   cards.set(name, c);
@@ -83,10 +86,57 @@ function draw(c, spread) {
   c.peak.textContent = own > 0 ? `peak ${fmt.format(own)}/bucket` : "nothing scheduled in window";
 }
 
+// One named part of a card's release line.
+function part(name, text, title) {
+  const s = document.createElement("span");
+  s.dataset.release = name;
+  s.textContent = text;
+  if (title) s.title = title;
+  return s;
+}
+// A rate per second as people read it: per minute or per hour when below 1/s.
+function perTime(perSecond) {
+  if (perSecond >= 1) return `${fmtRate.format(perSecond)}/s`;
+  if (perSecond * 60 >= 1) return `${fmtRate.format(perSecond * 60)}/min`;
+  return `${fmtRate.format(perSecond * 3600)}/h`;
+}
+// The release limit and hold of a queue's schedule, one line of parts:
+// the rate (and for an adaptive limit the rate in force), the burst, the
+// hold and the due members held back. Hidden when the module has no
+// ECHO.LIMITS (q.release null).
+function showRelease(c, r) {
+  const el = c.release;
+  el.hidden = !r;
+  el.classList.toggle("err", !!(r && r.error));
+  el.dataset.heldUntil = r && !r.error ? r.held_until_ms : "";
+  if (!r) { el.replaceChildren(); return; }
+  if (r.error) { el.replaceChildren(part("error", `release limit: ${r.error}`)); return; }
+  const parts = [];
+  if (r.limited) {
+    const ceiling = perTime(r.rate_per_second);
+    parts.push(r.adaptive
+      ? part("rate", `adaptive ${perTime(r.rate_in_force_per_second)} of ${ceiling}`,
+             "the rate in force, halved when failures exceed echomq.adaptive-failure-percent, back up to the ceiling")
+      : part("rate", `limit ${ceiling}`, "echomq.release-limits"));
+    parts.push(part("burst", `burst ${fmt.format(r.burst)}`, `${fmt.format(r.available)} may leave now`));
+  } else {
+    parts.push(part("rate", "no release limit"));
+  }
+  if (r.held_until_ms > 0) {
+    const until = new Date(r.held_until_ms).toISOString().replace("T", " ").slice(0, 23);
+    parts.push(part("hold", `held for ${fmt.format(r.held_for_ms)} ms`, `ECHO.HOLD: nothing leaves before ${until} UTC (server time)`));
+  }
+  if (r.held_back > 0) {
+    parts.push(part("held_back", `${fmt.format(r.held_back)} due held back`, "due members the limit or hold keeps in the schedule now"));
+  }
+  el.replaceChildren(...parts.flatMap((p, i) => i ? [" · ", p] : [p]));
+}
+
 function update(c, q) {
   c.data = q;
-  if (q.error) { c.err.textContent = q.error; return; }
+  if (q.error) { c.err.textContent = q.error; showRelease(c, null); return; }
   c.err.textContent = "";
+  showRelease(c, q.release);
   for (const f of FIELDS) c.nums[f].textContent = fmt.format(q[f]);
   c.end.textContent = windowInfo ? `+${seconds(windowInfo.ms)}` : "";
   draw(c, q.spread);

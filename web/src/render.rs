@@ -2,7 +2,33 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::snapshot::{Number, Snapshot};
+use crate::snapshot::{Counts, Number, Release, Snapshot};
+
+/// A queue's release limit and hold: null from a module without
+/// ECHO.LIMITS, `{"error": ...}` when the server refused it; otherwise every
+/// field, those of the limit null for a schedule not in
+/// `echomq.release-limits`.
+fn release_json(c: &Counts, now_ms: i64) -> Value {
+    let r: &Release = match &c.release {
+        None => return Value::Null,
+        Some(Err(e)) => return json!({ "error": e }),
+        Some(Ok(r)) => r,
+    };
+    let l = r.limit.as_ref();
+    json!({
+        "limited": l.is_some(),
+        "rate_per_second": l.map(|l| l.rate_per_second),
+        "rate_in_force_per_second": l.map(|l| l.in_force_per_second),
+        "adaptive": l.map(|l| l.adaptive),
+        "burst": l.map(|l| l.burst),
+        "available": l.map(|l| l.available),
+        "held_until_ms": r.held_until_ms,
+        "held_for_ms": r.held_for_ms(now_ms),
+        "held_back": r.held_back(c.due),
+        "released": l.map(|l| l.released),
+        "failures": l.map(|l| l.failures),
+    })
+}
 
 pub fn queues_json(s: &Snapshot) -> Value {
     let queues: Vec<Value> = s
@@ -17,6 +43,7 @@ pub fn queues_json(s: &Snapshot) -> Value {
                 "in_flight": c.in_flight,
                 "dead": c.dead,
                 "spread": c.spread,
+                "release": release_json(c, s.now_ms),
             }),
             Err(e) => json!({ "name": q.name, "error": e }),
         })
@@ -51,7 +78,7 @@ pub fn queues_json(s: &Snapshot) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Counts, QueueStats, Window};
+    use crate::snapshot::{Limit, QueueStats, Window};
 
     #[test]
     fn a_snapshot_as_json() {
@@ -72,6 +99,45 @@ mod tests {
                         in_flight: 1,
                         dead: 3,
                         spread: vec![1, 0, 3],
+                        release: Some(Ok(Release {
+                            limit: Some(Limit {
+                                rate_per_second: 100.0,
+                                in_force_per_second: 50.0,
+                                burst: 10,
+                                adaptive: true,
+                                available: 0,
+                                released: 12,
+                                failures: 3,
+                            }),
+                            held_until_ms: 1250,
+                        })),
+                    }),
+                },
+                QueueStats {
+                    name: "free".into(),
+                    counts: Ok(Counts {
+                        scheduled: 4,
+                        due: 4,
+                        pending: 0,
+                        in_flight: 0,
+                        dead: 0,
+                        spread: vec![0, 0, 0],
+                        release: Some(Ok(Release {
+                            limit: None,
+                            held_until_ms: 0,
+                        })),
+                    }),
+                },
+                QueueStats {
+                    name: "old".into(),
+                    counts: Ok(Counts {
+                        scheduled: 0,
+                        due: 0,
+                        pending: 0,
+                        in_flight: 0,
+                        dead: 0,
+                        spread: vec![0, 0, 0],
+                        release: None,
                     }),
                 },
                 QueueStats {
@@ -93,7 +159,16 @@ mod tests {
                 "now_ms": 1000,
                 "window": {"start_ms": 1000, "end_ms": 61000, "ms": 60000, "buckets": 3},
                 "queues": [
-                    {"name": "a", "scheduled": 5, "due": 1, "pending": 2, "in_flight": 1, "dead": 3, "spread": [1, 0, 3]},
+                    {"name": "a", "scheduled": 5, "due": 1, "pending": 2, "in_flight": 1, "dead": 3, "spread": [1, 0, 3],
+                     "release": {"limited": true, "rate_per_second": 100.0, "rate_in_force_per_second": 50.0,
+                                 "adaptive": true, "burst": 10, "available": 0, "held_until_ms": 1250,
+                                 "held_for_ms": 250, "held_back": 1, "released": 12, "failures": 3}},
+                    {"name": "free", "scheduled": 4, "due": 4, "pending": 0, "in_flight": 0, "dead": 0, "spread": [0, 0, 0],
+                     "release": {"limited": false, "rate_per_second": null, "rate_in_force_per_second": null,
+                                 "adaptive": null, "burst": null, "available": null, "held_until_ms": 0,
+                                 "held_for_ms": 0, "held_back": 0, "released": null, "failures": null}},
+                    {"name": "old", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": [0, 0, 0],
+                     "release": null},
                     {"name": "b", "error": "WRONGTYPE x"},
                 ],
                 "info": {"echomq_retries": 4, "echomq_x": 0.5, "echomq_eviction_policy_safe": 0},

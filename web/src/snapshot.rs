@@ -8,8 +8,10 @@
 //! XLEN and XINFO GROUPS of a stream, ZCARD of a dead set), so no command
 //! meets a key of the wrong type: an error reply would count in the server's
 //! error stats, and ECHO.SPREAD's in `echomq_errors`, changing what the next
-//! scrape shows. Each queue's commands in that pipeline come from one plan
-//! ([`Step`]s), which sends them and then decodes their replies.
+//! scrape shows. The same pipeline asks ECHO.LIMITS of each schedule (its
+//! release limit and hold, which need no key to exist). Each queue's
+//! commands in that pipeline come from one plan ([`Step`]s), which sends
+//! them and then decodes their replies.
 //! Only read commands, none of them @admin or @dangerous (no CONFIG): see
 //! docs/security.md for the ACL user this needs.
 //! Kept apart from any rendering: /api/queues and /metrics share it.
@@ -43,7 +45,7 @@ pub struct Window {
     pub buckets: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Counts {
     pub scheduled: i64,
     pub due: i64,
@@ -55,6 +57,69 @@ pub struct Counts {
     pub dead: i64,
     /// ECHO.SPREAD's buckets; empty in a snapshot taken without them.
     pub spread: Vec<i64>,
+    /// ECHO.LIMITS of the schedule: None when the module has no such
+    /// command (an older one), Err with the server's error otherwise (e.g.
+    /// a user not allowed it), which leaves the counts shown.
+    pub release: Option<Result<Release, String>>,
+}
+
+/// What ECHO.LIMITS says of a schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    /// None when the schedule is not in `echomq.release-limits`.
+    pub limit: Option<Limit>,
+    /// When the hold ends, in the server's Unix ms; 0 when not held.
+    pub held_until_ms: i64,
+}
+
+/// A schedule's entry in `echomq.release-limits`, as ECHO.LIMITS gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    /// The configured rate (the ceiling of an adaptive one), per second.
+    pub rate_per_second: f64,
+    /// The rate in force, per second (the configured one unless adaptive).
+    pub in_force_per_second: f64,
+    pub burst: i64,
+    pub adaptive: bool,
+    /// How many members the limit lets leave now (0 while held).
+    pub available: i64,
+    /// Released and failed (ECHO.RETRY naming the schedule) since the entry
+    /// was set.
+    pub released: i64,
+    pub failures: i64,
+}
+
+impl Release {
+    /// Whether the limit or a hold applies to the schedule at all.
+    pub fn applies(&self) -> bool {
+        self.limit.is_some() || self.held_until_ms > 0
+    }
+
+    /// How long the hold lasts from `now_ms` (the scrape's server time), 0
+    /// when not held.
+    pub fn held_for_ms(&self, now_ms: i64) -> i64 {
+        if self.held_until_ms > 0 {
+            self.held_until_ms.saturating_sub(now_ms).max(0)
+        } else {
+            0
+        }
+    }
+
+    /// The due members the limit (or hold) keeps in the schedule now: `due`
+    /// minus what may leave, floored at 0, where what may leave is nothing
+    /// while held, ECHO.LIMITS's `available` under a limit, and everything
+    /// for a schedule neither limited nor held (so 0).
+    pub fn held_back(&self, due: i64) -> i64 {
+        let available = if self.held_until_ms > 0 {
+            0
+        } else {
+            match &self.limit {
+                Some(l) => l.available,
+                None => return 0,
+            }
+        };
+        due.saturating_sub(available).max(0)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -271,6 +336,87 @@ fn groups_pending(v: &Value) -> Result<i64, String> {
     Ok(sum)
 }
 
+/// A number of an ECHO.LIMITS reply: nil as None, a double as RESP3 gives
+/// it or as RESP2's bulk string, an integer.
+fn limits_number(v: &Value) -> Result<Option<f64>, String> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::Int(i) => Ok(Some(*i as f64)),
+        Value::Double(f) => Ok(Some(*f)),
+        v => text(v)
+            .and_then(|t| t.parse::<f64>().ok())
+            .filter(|f| f.is_finite())
+            .map(Some)
+            .ok_or_else(|| format!("ECHO.LIMITS: not a number: {v:?}")),
+    }
+}
+
+fn limits_int(v: &Value) -> Result<Option<i64>, String> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::Int(i) => Ok(Some(*i)),
+        other => Err(format!("ECHO.LIMITS: expected an integer, got {other:?}")),
+    }
+}
+
+/// An ECHO.LIMITS reply (a map in RESP3, a flat field/value array in
+/// RESP2): None for an older module without the command, Err for any other
+/// error reply or a reply that is not what the command gives.
+fn release(v: &Value) -> Option<Result<Release, String>> {
+    let pairs: Vec<(String, &Value)> = match v {
+        Value::Array(items) if items.len() % 2 == 0 => items
+            .chunks_exact(2)
+            .map(|p| (text(&p[0]).unwrap_or_default(), &p[1]))
+            .collect(),
+        Value::Map(kv) => kv
+            .iter()
+            .map(|(k, v)| (text(k).unwrap_or_default(), v))
+            .collect(),
+        Value::ServerError(e)
+            if e.code() == "ERR"
+                && e.details()
+                    .is_some_and(|d| d.starts_with("unknown command")) =>
+        {
+            return None
+        }
+        Value::ServerError(e) => return Some(Err(server_error(e))),
+        other => return Some(Err(format!("ECHO.LIMITS: {other:?}"))),
+    };
+    let field = |name: &str| -> Result<&Value, String> {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| format!("ECHO.LIMITS: no `{name}` field"))
+    };
+    let decode = || -> Result<Release, String> {
+        let held_until_ms = limits_int(field("held-until-ms")?)?.unwrap_or(0);
+        let Some(rate_per_second) = limits_number(field("rate")?)? else {
+            return Ok(Release {
+                limit: None,
+                held_until_ms,
+            });
+        };
+        let int = |name: &str| -> Result<i64, String> {
+            limits_int(field(name)?)?.ok_or_else(|| format!("ECHO.LIMITS: `{name}` is nil"))
+        };
+        Ok(Release {
+            limit: Some(Limit {
+                rate_per_second,
+                in_force_per_second: limits_number(field("rate-in-force")?)?
+                    .ok_or("ECHO.LIMITS: `rate-in-force` is nil")?,
+                burst: int("burst")?,
+                adaptive: int("adaptive")? != 0,
+                available: int("available")?,
+                released: int("released")?,
+                failures: int("failures")?,
+            }),
+            held_until_ms,
+        })
+    };
+    Some(decode())
+}
+
 /// The server's own text for a key of the wrong type.
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
@@ -311,6 +457,9 @@ enum Step {
     Groups,
     /// ZCARD dead: `dead`.
     Dead,
+    /// ECHO.LIMITS schedule: `release`. Sent whatever the keys' types: a
+    /// limit or a hold needs no key.
+    Limits,
 }
 
 impl Step {
@@ -332,6 +481,7 @@ impl Step {
             Step::StreamLength => redis::cmd("XLEN").arg(&k.pending).clone(),
             Step::Groups => redis::cmd("XINFO").arg("GROUPS").arg(&k.pending).clone(),
             Step::Dead => redis::cmd("ZCARD").arg(&k.dead).clone(),
+            Step::Limits => redis::cmd("ECHO.LIMITS").arg(&k.schedule).clone(),
         }
     }
 
@@ -344,6 +494,8 @@ impl Step {
             Step::ListLength | Step::StreamLength => c.pending = int(v)?,
             Step::Groups => c.in_flight = groups_pending(v)?,
             Step::Dead => c.dead = int(v)?,
+            // Never the queue's error: the counts stand without it.
+            Step::Limits => c.release = release(v),
         }
         Ok(())
     }
@@ -356,7 +508,7 @@ fn plan(types: &[Value], with_spread: bool) -> Result<Vec<Step>, String> {
     let [schedule, pending, dead] = types else {
         return Err(format!("TYPE: {types:?}"));
     };
-    let mut steps = Vec::with_capacity(6);
+    let mut steps = Vec::with_capacity(7);
     if expect(schedule, &["zset"])?.is_some() {
         steps.extend([Step::Scheduled, Step::Due]);
         if with_spread {
@@ -371,6 +523,7 @@ fn plan(types: &[Value], with_spread: bool) -> Result<Vec<Step>, String> {
     if expect(dead, &["zset"])?.is_some() {
         steps.push(Step::Dead);
     }
+    steps.push(Step::Limits);
     Ok(steps)
 }
 
@@ -387,6 +540,7 @@ fn counts(steps: &[Step], replies: &[Value], spread_buckets: usize) -> Result<Co
         in_flight: 0,
         dead: 0,
         spread: vec![0; spread_buckets],
+        release: None,
     };
     for (step, v) in steps.iter().zip(replies) {
         step.decode(v, &mut c)?;
@@ -665,15 +819,23 @@ mod tests {
         use Step::*;
         assert_eq!(
             plan(&[ty("zset"), ty("stream"), ty("zset")], true),
-            Ok(vec![Scheduled, Due, Spread, StreamLength, Groups, Dead])
+            Ok(vec![
+                Scheduled,
+                Due,
+                Spread,
+                StreamLength,
+                Groups,
+                Dead,
+                Limits
+            ])
         );
         assert_eq!(
             plan(&[ty("zset"), ty("list"), ty("none")], false),
-            Ok(vec![Scheduled, Due, ListLength])
+            Ok(vec![Scheduled, Due, ListLength, Limits])
         );
         assert_eq!(
             plan(&[ty("none"), ty("none"), ty("none")], true),
-            Ok(vec![])
+            Ok(vec![Limits])
         );
         assert_eq!(
             plan(&[ty("none"), ty("string"), ty("zset")], true),
@@ -690,5 +852,113 @@ mod tests {
             (5, 2, 7, 0, 1, vec![0, 0, 0])
         );
         assert!(counts(&[Scheduled], &[], 0).is_err());
+    }
+
+    #[test]
+    fn echo_limits_in_resp2_and_resp3_and_from_an_older_module() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        // RESP2: a flat array, the doubles as bulk strings.
+        let resp2 = Value::Array(vec![
+            bulk("rate"),
+            bulk("100"),
+            bulk("rate-in-force"),
+            bulk("50.5"),
+            bulk("burst"),
+            Value::Int(10),
+            bulk("adaptive"),
+            Value::Int(1),
+            bulk("available"),
+            Value::Int(3),
+            bulk("held-until-ms"),
+            Value::Int(0),
+            bulk("released"),
+            Value::Int(7),
+            bulk("failures"),
+            Value::Int(2),
+        ]);
+        let limited = Release {
+            limit: Some(Limit {
+                rate_per_second: 100.0,
+                in_force_per_second: 50.5,
+                burst: 10,
+                adaptive: true,
+                available: 3,
+                released: 7,
+                failures: 2,
+            }),
+            held_until_ms: 0,
+        };
+        assert_eq!(release(&resp2), Some(Ok(limited.clone())));
+        assert_eq!(limited.held_back(40), 37);
+        assert_eq!(limited.held_back(2), 0);
+        assert_eq!(limited.held_for_ms(5), 0);
+        assert!(limited.applies());
+        // RESP3: a map, doubles as doubles; a schedule not listed but held.
+        let resp3 = Value::Map(
+            [
+                ("rate", Value::Nil),
+                ("rate-in-force", Value::Nil),
+                ("burst", Value::Nil),
+                ("adaptive", Value::Nil),
+                ("available", Value::Nil),
+                ("held-until-ms", Value::Int(9000)),
+                ("released", Value::Nil),
+                ("failures", Value::Nil),
+            ]
+            .into_iter()
+            .map(|(k, v)| (bulk(k), v))
+            .collect(),
+        );
+        let held = Release {
+            limit: None,
+            held_until_ms: 9000,
+        };
+        assert_eq!(release(&resp3), Some(Ok(held.clone())));
+        assert_eq!((held.held_back(4), held.held_for_ms(1000)), (4, 8000));
+        assert_eq!(held.held_for_ms(9500), 0);
+        // Neither limited nor held: nothing held back.
+        let free = Release {
+            limit: None,
+            held_until_ms: 0,
+        };
+        assert_eq!((free.held_back(40), free.applies()), (0, false));
+        let resp3_double = Value::Map(vec![
+            (bulk("rate"), Value::Double(2.5)),
+            (bulk("rate-in-force"), Value::Double(2.5)),
+            (bulk("burst"), Value::Int(1)),
+            (bulk("adaptive"), Value::Int(0)),
+            (bulk("available"), Value::Int(1)),
+            (bulk("held-until-ms"), Value::Int(0)),
+            (bulk("released"), Value::Int(0)),
+            (bulk("failures"), Value::Int(0)),
+        ]);
+        assert!(matches!(
+            release(&resp3_double),
+            Some(Ok(Release { limit: Some(Limit { rate_per_second, .. }), .. })) if rate_per_second == 2.5
+        ));
+        // An older module: no limits at all; any other error is kept.
+        let unknown = redis::parse_redis_value(
+            b"-ERR unknown command 'ECHO.LIMITS', with args beginning with: '{q}:schedule' \r\n",
+        )
+        .expect("an error reply");
+        assert_eq!(release(&unknown), None);
+        let noperm = redis::parse_redis_value(
+            b"-NOPERM User u has no permissions to run the 'echo.limits' command\r\n",
+        )
+        .expect("an error reply");
+        assert_eq!(
+            release(&noperm),
+            Some(Err(
+                "NOPERM User u has no permissions to run the 'echo.limits' command".into()
+            ))
+        );
+        assert!(matches!(
+            release(&Value::Array(vec![bulk("rate")])),
+            Some(Err(_))
+        ));
+        assert!(matches!(
+            release(&Value::Array(vec![bulk("rate"), bulk("1")])),
+            Some(Err(_))
+        ));
     }
 }
