@@ -89,6 +89,9 @@ const COMMANDS: &[&str] = &[
     "ECHO.DELAY",
     "ECHO.SPREAD",
     "ECHO.QUEUES",
+    "ECHO.SCHEDULE",
+    "ECHO.HOLD",
+    "ECHO.LIMITS",
 ];
 
 fn word(rng: &mut Rng) -> Vec<u8> {
@@ -107,7 +110,7 @@ fn word(rng: &mut Rng) -> Vec<u8> {
 /// the timer never moves anything between two digests.
 fn config_call(rng: &mut Rng) -> Vec<Vec<u8>> {
     let mut call = vec![b"CONFIG".to_vec(), b"SET".to_vec()];
-    match rng.below(3) {
+    match rng.below(6) {
         0 => {
             call.push(b"echomq.auto-promote".to_vec());
             let mut value = Vec::new();
@@ -124,12 +127,44 @@ fn config_call(rng: &mut Rng) -> Vec<Vec<u8>> {
             call.push(b"echomq.auto-promote-interval-ms".to_vec());
             call.push(number_or_junk(rng));
         }
-        _ => {
+        2 => {
             call.push(b"echomq.auto-promote-limit".to_vec());
+            call.push(number_or_junk(rng));
+        }
+        3 => {
+            // Limits on any of the command keys: a limit changes what a
+            // later promote moves, never what a refused call writes.
+            call.push(b"echomq.release-limits".to_vec());
+            let mut value = Vec::new();
+            for _ in 0..rng.below(4) {
+                for word in [word(rng), rate(rng), number_or_junk(rng)] {
+                    value.extend_from_slice(&word);
+                    value.push(b' ');
+                }
+            }
+            call.push(value);
+        }
+        4 => {
+            call.push(b"echomq.adaptive-window-ms".to_vec());
+            call.push(number_or_junk(rng));
+        }
+        _ => {
+            call.push(b"echomq.adaptive-failure-percent".to_vec());
             call.push(number_or_junk(rng));
         }
     }
     call
+}
+
+fn rate(rng: &mut Rng) -> Vec<u8> {
+    let prefix = if rng.below(3) == 0 { "adaptive:" } else { "" };
+    let unit = rng.pick(&["s", "m", "h", "d", ""]);
+    let n = match rng.below(4) {
+        0 => "0".to_string(),
+        1 => "01".to_string(),
+        _ => (1 + rng.below(2_000_000)).to_string(),
+    };
+    format!("{prefix}{n}/{unit}").into_bytes()
 }
 
 fn number_or_junk(rng: &mut Rng) -> Vec<u8> {
