@@ -248,9 +248,13 @@ fn serve_and_count(
     match serve(ctx, pair, limit, own_slots) {
         Ok(Some(moved)) => {
             if moved.count > 0 {
-                let lag_ms = moved.earliest_ms.map_or(0, |fire_ms| {
-                    (clock::wall_ms() as f64 - fire_ms).max(0.0) as u64
-                });
+                // A score written by hand as -inf has no age to speak of.
+                let lag_ms = moved
+                    .earliest_ms
+                    .filter(|fire_ms| fire_ms.is_finite())
+                    .map_or(0, |fire_ms| {
+                        (clock::wall_ms() as f64 - fire_ms).max(0.0) as u64
+                    });
                 stats::auto_promoted(moved.count, lag_ms);
             }
             if let Some(why) = moved.refused {

@@ -28,6 +28,18 @@ pub const MAX_RATE: u64 = 1_000_000;
 pub const MAX_BURST: u64 = 1_000_000;
 /// The longest `ECHO.HOLD`: a day.
 pub const MAX_HOLD_MS: u64 = 86_400_000;
+/// At most this many schedules held at once, and names of at most this
+/// many bytes: a hold is module memory outside maxmemory's reach, so a client
+/// must not be able to grow it without bound.
+pub const MAX_HOLDS: usize = 10_000;
+pub const MAX_HOLD_NAME_BYTES: usize = 1024;
+
+/// Why a hold was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldRefused {
+    TooMany,
+    NameTooLong,
+}
 
 /// A configured rate: `n` members per `period_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +149,7 @@ impl Limit {
         } else {
             ceiling
         };
-        self.rescale(in_force, spec.rate.period_ms, now_ms);
+        self.rescale(in_force, spec.rate.period_ms, spec.burst, now_ms);
         self.spec = spec;
     }
 
@@ -156,9 +168,12 @@ impl Limit {
     /// bucket's level: TAT stays as many emission intervals ahead of now as
     /// it was, counted in the new interval (rounded up, so the change never
     /// grants a release).
-    fn rescale(&mut self, in_force: u128, period_ms: u64, now_ms: i64) {
+    fn rescale(&mut self, in_force: u128, period_ms: u64, burst: u64, now_ms: i64) {
         let ahead = self.tat.saturating_sub(self.now_ticks(now_ms));
         let ahead = (ahead * u128::from(period_ms)).div_ceil(u128::from(self.spec.rate.period_ms));
+        // Never more than an empty bucket of the new burst: a lowered burst
+        // must not leave the schedule owing releases it can never have had.
+        let ahead = ahead.min(u128::from(burst) * u128::from(period_ms) * SCALE);
         self.in_force = in_force;
         self.tat = self.now_ticks(now_ms) + ahead;
     }
@@ -208,7 +223,7 @@ impl Limit {
         }
         let ceiling = u128::from(self.spec.rate.n) * SCALE;
         let (in_force, decreased) = adapt(self.in_force, ceiling, window, adaptive.failure_percent);
-        self.rescale(in_force, self.spec.rate.period_ms, now_ms);
+        self.rescale(in_force, self.spec.rate.period_ms, self.spec.burst, now_ms);
         decreased
     }
 
@@ -283,16 +298,34 @@ impl Limits {
     }
 
     /// `ECHO.HOLD schedule ms`: the hold in force after it, 0 for none.
-    pub fn hold(&mut self, schedule: &[u8], ms: u64, now_ms: i64) -> i64 {
-        self.holds.retain(|_, &mut until| until > now_ms);
+    /// Ended holds are dropped only when the table is full, so a call costs
+    /// a lookup (amortised); a table full of live holds refuses a new name.
+    pub fn hold(&mut self, schedule: &[u8], ms: u64, now_ms: i64) -> Result<i64, HoldRefused> {
         if ms == 0 {
             self.holds.remove(schedule);
-            return 0;
+            return Ok(0);
+        }
+        if schedule.len() > MAX_HOLD_NAME_BYTES {
+            return Err(HoldRefused::NameTooLong);
         }
         let until = now_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
-        let slot = self.holds.entry(schedule.to_vec()).or_insert(until);
-        *slot = (*slot).max(until);
-        *slot
+        if let Some(slot) = self.holds.get_mut(schedule) {
+            // An ended hold is replaced; a longer one in force is kept.
+            *slot = if *slot > now_ms {
+                (*slot).max(until)
+            } else {
+                until
+            };
+            return Ok(*slot);
+        }
+        if self.holds.len() >= MAX_HOLDS {
+            self.holds.retain(|_, &mut end| end > now_ms);
+            if self.holds.len() >= MAX_HOLDS {
+                return Err(HoldRefused::TooMany);
+            }
+        }
+        self.holds.insert(schedule.to_vec(), until);
+        Ok(until)
     }
 
     /// How many members may leave `schedule` at `now_ms`: `None` when it is
@@ -460,17 +493,55 @@ mod tests {
         let t0 = 1_000;
         let mut limits = Limits::default();
         assert_eq!(limits.allowance(b"x", t0), None);
-        assert_eq!(limits.hold(b"x", 500, t0), 1500);
-        assert_eq!(limits.hold(b"x", 100, t0), 1500, "a longer hold is kept");
+        assert_eq!(limits.hold(b"x", 500, t0), Ok(1500));
+        assert_eq!(
+            limits.hold(b"x", 100, t0),
+            Ok(1500),
+            "a longer hold is kept"
+        );
         assert_eq!(limits.allowance(b"x", 1499), Some(0));
         assert_eq!(limits.allowance(b"x", 1500), None);
         assert_eq!(
             limits.hold(b"x", 100, 1600),
-            1700,
+            Ok(1700),
             "an ended hold is replaced"
         );
-        assert_eq!(limits.hold(b"x", 0, 1600), 0);
+        assert_eq!(limits.hold(b"x", 0, 1600), Ok(0));
         assert_eq!(limits.allowance(b"x", 1600), None);
+    }
+
+    #[test]
+    fn holds_are_bounded_in_number_and_name_length() {
+        let mut limits = Limits::default();
+        let long = vec![b'x'; MAX_HOLD_NAME_BYTES + 1];
+        assert_eq!(limits.hold(&long, 10, 0), Err(HoldRefused::NameTooLong));
+        assert_eq!(limits.hold(&long, 0, 0), Ok(0), "lifting is always allowed");
+        for i in 0..MAX_HOLDS {
+            assert!(limits.hold(format!("s{i}").as_bytes(), 100, 0).is_ok());
+        }
+        assert_eq!(limits.hold(b"one more", 100, 0), Err(HoldRefused::TooMany));
+        assert_eq!(
+            limits.hold(b"s7", 200, 0),
+            Ok(200),
+            "a held name may still grow"
+        );
+        // Once holds have ended, their room is taken back.
+        assert_eq!(limits.hold(b"one more", 100, 150), Ok(250));
+        assert_eq!(limits.allowance(b"s7", 150), Some(0));
+        assert_eq!(limits.allowance(b"s8", 150), None);
+    }
+
+    #[test]
+    fn a_lowered_burst_does_not_leave_the_schedule_owing() {
+        let t0 = 1_800_000_000_000;
+        let mut limits = Limits::default();
+        limits.configure(vec![spec(10, 1000, 1000, false)], t0);
+        limits.released(b"s", t0, 1000, true, Adaptive::default());
+        // 10/s burst 10: an empty bucket is 10 intervals, not 1000.
+        limits.configure(vec![spec(10, 1000, 10, false)], t0);
+        assert_eq!(limits.allowance(b"s", t0 + 99), Some(0));
+        assert_eq!(limits.allowance(b"s", t0 + 100), Some(1));
+        assert_eq!(limits.allowance(b"s", t0 + 1000), Some(10));
     }
 
     #[test]

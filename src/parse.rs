@@ -2,6 +2,8 @@
 //! the contract's argument grammar is checked here, before a key is opened,
 //! so a malformed call can never write anything.
 
+use std::collections::HashSet;
+
 pub use crate::buckets::SpreadRequest;
 use crate::buckets::MAX_SPREAD_BUCKETS;
 pub use crate::errors::ArgError;
@@ -379,12 +381,14 @@ pub fn parse_pairs(text: &[u8]) -> Result<Vec<Pair>, PairsError> {
         return Err(PairsError::OddNames);
     }
     let mut pairs: Vec<Pair> = Vec::with_capacity(names.len() / 2);
+    // A set, not a scan: a config of many thousand pairs is read at once.
+    let mut seen = HashSet::with_capacity(names.len() / 2);
     for two in names.chunks_exact(2) {
         let (schedule, pending) = (two[0], two[1]);
         if schedule == pending {
             return Err(PairsError::SameKeys);
         }
-        if pairs.iter().any(|p| p.schedule == schedule) {
+        if !seen.insert(schedule) {
             return Err(PairsError::ScheduleTwice);
         }
         pairs.push(Pair {
@@ -448,13 +452,14 @@ pub fn parse_release_limits(text: &[u8]) -> Result<Vec<LimitSpec>, LimitsError> 
         return Err(LimitsError::WordCount(words.len()));
     }
     let mut specs: Vec<LimitSpec> = Vec::with_capacity(words.len() / 3);
+    let mut seen = HashSet::with_capacity(words.len() / 3);
     for three in words.chunks_exact(3) {
         let (schedule, rate, burst) = (three[0], three[1], three[2]);
         let rate = parse_rate(rate).ok_or_else(|| LimitsError::Rate(quoted(rate)))?;
         let burst = canonical_u64(burst, MAX_BURST)
             .filter(|&b| b >= 1)
             .ok_or_else(|| LimitsError::Burst(quoted(burst)))?;
-        if specs.iter().any(|s| s.schedule == schedule) {
+        if !seen.insert(schedule) {
             return Err(LimitsError::ScheduleTwice(quoted(schedule)));
         }
         specs.push(LimitSpec {

@@ -14,6 +14,7 @@ use redis_module::{Context, RedisError};
 
 use crate::errors::ReplyError;
 use crate::release;
+use crate::server::clock;
 use crate::server::keys::{Arg, Key, Kind};
 
 /// How long one move may hold the server: unbounded for a client's
@@ -77,7 +78,11 @@ pub fn move_due(
         TimeLimit::Unbounded => (limit, None),
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
-    let allowance = release::allowance(schedule.as_slice(), now_ms);
+    // The limit reads the wall clock: the command time `now_ms` (which says
+    // what is due) is frozen for a whole script or MULTI, and a limit booked
+    // at it would let a release inside a long script count as made earlier.
+    let limit_now_ms = clock::wall_ms();
+    let allowance = release::allowance(schedule.as_slice(), limit_now_ms);
     let mut moved = take_due(
         &schedule_key,
         &pending_key,
@@ -94,7 +99,12 @@ pub fn move_due(
             && allowance < limit
             && moved.refused.is_none()
             && !schedule_key.zset_due(now_ms as f64, 1).is_empty();
-        release::released(schedule.as_slice(), now_ms, moved.count, moved.limited);
+        release::released(
+            schedule.as_slice(),
+            limit_now_ms,
+            moved.count,
+            moved.limited,
+        );
     }
     Ok(moved)
 }

@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redis_module::Context;
 
-use crate::limits::{Adaptive, Limit, Limits};
+use crate::limits::{Adaptive, HoldRefused, Limit, Limits};
 use crate::parse;
 use crate::server::clock;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
@@ -159,7 +159,7 @@ pub fn failed(schedule: &[u8], now_ms: i64) {
 }
 
 /// `ECHO.HOLD`: the hold in force after it (0 for none).
-pub fn hold(schedule: &[u8], ms: u64, now_ms: i64) -> i64 {
+pub fn hold(schedule: &[u8], ms: u64, now_ms: i64) -> Result<i64, HoldRefused> {
     let mut state = state();
     let until = state.limits.hold(schedule, ms, now_ms);
     update_active(&state);

@@ -74,10 +74,10 @@ fn limit_field(con: &mut Connection, schedule: &str, field: &str) -> Option<f64>
 type Samples = Vec<(i64, u64)>;
 
 /// Runs `ECHO.PROMOTE` in a loop for `run`, between two `TIME`s in one
-/// MULTI: each release happened within [first TIME, second TIME] (the same
-/// instant on Valkey, whose command time is frozen in a MULTI; on Redis 7.0
-/// the module reads the wall clock in between). Samples at the first TIME,
-/// and the second TIMEs, for the bound.
+/// MULTI: each release happened within [first TIME, second TIME + 1 ms] by
+/// the wall clock the limit reads (on Valkey both TIMEs are the MULTI's
+/// frozen command time). Samples at the first TIME, and those ends, for the
+/// bound.
 fn promote_loop(con: &mut Connection, run: Duration, pause: Duration) -> (Samples, Vec<i64>) {
     let mut samples = Vec::new();
     let mut after = Vec::new();
@@ -97,7 +97,9 @@ fn promote_loop(con: &mut Connection, run: Duration, pause: Duration) -> (Sample
             .expect("TIME, ECHO.PROMOTE and TIME");
         total += moved;
         samples.push((ms_of(&time), total));
-        after.push(ms_of(&time_after));
+        // The limit reads the wall clock, which inside the MULTI may have
+        // passed the (frozen) TIME by less than a millisecond.
+        after.push(ms_of(&time_after) + 1);
         sleep(pause);
     }
     (samples, after)
@@ -781,4 +783,35 @@ fn limits_and_holds_replicate_only_what_moved() {
     let again = Server::start_in(bare, &dir.0);
     let mut a = again.conn();
     assert_eq!(digest(&mut a), want, "the AOF replayed without the module");
+}
+
+/// Holds are module memory, outside maxmemory: at most 10,000 schedules
+/// held at once, with names of at most 1024 bytes; lifting always works.
+#[test]
+fn holds_are_bounded_and_the_refusals_say_why() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let long = "x".repeat(1025);
+    let e = err!(&mut con, "ECHO.HOLD", &long, 100);
+    assert_eq!(
+        e,
+        "ERR the schedule name is too long to hold (at most 1024 bytes)"
+    );
+    let lifted: i64 = q!(&mut con, "ECHO.HOLD", &long, 0);
+    assert_eq!(lifted, 0);
+    let mut pipe = redis::pipe();
+    for i in 0..10_000 {
+        pipe.cmd("ECHO.HOLD")
+            .arg(format!("h{i}"))
+            .arg(60_000)
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).expect("10,000 holds");
+    let e = err!(&mut con, "ECHO.HOLD", "one-more", 100);
+    assert_eq!(e, "ERR too many schedules held at once (at most 10000)");
+    let longer: i64 = q!(&mut con, "ECHO.HOLD", "h7", 120_000);
+    assert!(longer > 0, "a held schedule may still be held longer");
+    let _: i64 = q!(&mut con, "ECHO.HOLD", "h7", 0);
+    let room: i64 = q!(&mut con, "ECHO.HOLD", "one-more", 100);
+    assert!(room > 0, "a lifted hold makes room");
 }

@@ -8,7 +8,10 @@
 //!
 //! Reply: integer, the server time in ms until which the schedule is held
 //! (`0` when not held).
-//! Errors: a malformed `ms`.
+//! Errors: a malformed `ms`; a schedule name over 1024 bytes, or a new
+//! schedule while 10,000 are held (holds are module memory, outside
+//! maxmemory: a client must not grow them without bound; lifting a hold with
+//! `0` always works).
 //! Keys: `schedule`, declared, and the command is flagged `write`, so a
 //! cluster routes it to the owner and a replica refuses it; it writes no key.
 //! Replication: none. The hold lives in the primary's memory: a restart,
@@ -16,6 +19,8 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
+use crate::errors::ReplyError;
+use crate::limits::HoldRefused;
 use crate::parse;
 use crate::release;
 use crate::server::clock;
@@ -26,9 +31,11 @@ pub fn echo_hold(_ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let ms = parse::parse_hold_ms(ms.as_slice())?;
-    Ok(RedisValue::Integer(release::hold(
-        schedule.as_slice(),
-        ms,
-        clock::now_ms(),
-    )))
+    // The wall clock, as every release limit reads it: a command's own time
+    // is frozen for a whole script or MULTI.
+    match release::hold(schedule.as_slice(), ms, clock::wall_ms()) {
+        Ok(until) => Ok(RedisValue::Integer(until)),
+        Err(HoldRefused::TooMany) => Err(ReplyError::TooManyHolds.into()),
+        Err(HoldRefused::NameTooLong) => Err(ReplyError::HoldNameTooLong.into()),
+    }
 }

@@ -22,7 +22,7 @@ pub fn echo_limits(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule] = args else {
         return Err(RedisError::WrongArity);
     };
-    let snapshot = release::snapshot(schedule.as_slice(), clock::now_ms());
+    let snapshot = release::snapshot(schedule.as_slice(), clock::wall_ms());
     let count = |n: u64| Field::Integer(i64::try_from(n).unwrap_or(i64::MAX));
     let limit = snapshot.limit.as_ref();
     reply::map(
