@@ -240,9 +240,19 @@ fn the_timer_releases_exactly_at_the_limit() {
             .expect("a sample half a second in");
         let (last_ms, total) = *samples.last().unwrap();
         let steady = u64::try_from(last_ms - mid_ms).unwrap() * n / 1000;
+        // A server stalled longer than the burst lasts (a loaded machine)
+        // loses releases by design; the samples' own TIMEs show such stalls.
+        let paused: u64 = samples
+            .windows(2)
+            .filter(|w| w[0].0 >= mid_ms)
+            .map(|w| {
+                let gap_ms = u64::try_from(w[1].0 - w[0].0).unwrap();
+                (gap_ms * n).div_ceil(1000).saturating_sub(burst - 1)
+            })
+            .sum();
         assert!(
-            total - mid + 2 >= steady,
-            "{limit}: {} in the last {} ms, the rate's worth {steady}",
+            total - mid + 2 + paused >= steady,
+            "{limit}: {} in the last {} ms, the rate's worth {steady}, lost to stalls at most {paused}",
             total - mid,
             last_ms - mid_ms
         );

@@ -208,7 +208,7 @@ fn release_metrics_equal_echo_limits_and_pass_promtool() {
             "echomq_release_held_until_seconds",
             "gauge",
             "held-until-ms",
-            0.001,
+            1000.0,
         ),
         ("echomq_release_released_total", "counter", "released", 1.0),
         ("echomq_release_failures_total", "counter", "failures", 1.0),
@@ -218,11 +218,13 @@ fn release_metrics_equal_echo_limits_and_pass_promtool() {
         let limits = limits_of(&mut con, &format!("{{{q}}}:schedule"));
         let limited = limits["rate"].is_some();
         let held = limits["held-until-ms"] != Some(0.0);
-        for (name, kind, field, factor) in series {
+        for (name, kind, field, divisor) in series {
             let got = find(name, Some(q));
             let want = limits[field]
                 .filter(|_| limited || held)
-                .map(|v| (kind.to_string(), v * factor));
+                // Divided, as echomq-web divides: `* 0.001` can differ from
+                // `/ 1000.0` in the last bit.
+                .map(|v| (kind.to_string(), v / divisor));
             assert_eq!(got, want, "{q} {name}\n{text}");
             release_samples += usize::from(got.is_some());
         }
