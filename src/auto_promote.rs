@@ -220,7 +220,7 @@ impl OnTimer for Tick {
             };
             // A pair whose release limit (or hold) allows nothing now is
             // passed over without opening its keys.
-            if release::allowance(&pair.schedule, clock::wall_ms()) != Some(0) {
+            if release::allowance(&pair.schedule).is_none_or(|a| a.count > 0) {
                 serve_and_count(ctx, cursor, &pair, limit, &mut own_slots);
             }
             cursor += 1;

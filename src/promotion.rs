@@ -14,7 +14,6 @@ use redis_module::{Context, RedisError};
 
 use crate::errors::ReplyError;
 use crate::release;
-use crate::server::clock;
 use crate::server::keys::{Arg, Key, Kind};
 
 /// How long one move may hold the server: unbounded for a client's
@@ -78,16 +77,12 @@ pub fn move_due(
         TimeLimit::Unbounded => (limit, None),
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
-    // The limit reads the wall clock: the command time `now_ms` (which says
-    // what is due) is frozen for a whole script or MULTI, and a limit booked
-    // at it would let a release inside a long script count as made earlier.
-    let limit_now_ms = clock::wall_ms();
-    let allowance = release::allowance(schedule.as_slice(), limit_now_ms);
+    let allowance = release::allowance(schedule.as_slice());
     let mut moved = take_due(
         &schedule_key,
         &pending_key,
         &sink,
-        limit.min(allowance.unwrap_or(u64::MAX)),
+        limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count)),
         now_ms,
         batch,
         deadline,
@@ -95,16 +90,11 @@ pub fn move_due(
     if let Some(allowance) = allowance {
         // The limit bound the move when it took all it allowed and wanted
         // less than the caller: then any member still due is held.
-        moved.limited = moved.count == allowance
-            && allowance < limit
+        moved.limited = moved.count == allowance.count
+            && allowance.count < limit
             && moved.refused.is_none()
             && !schedule_key.zset_due(now_ms as f64, 1).is_empty();
-        release::released(
-            schedule.as_slice(),
-            limit_now_ms,
-            moved.count,
-            moved.limited,
-        );
+        release::released(schedule.as_slice(), &allowance, moved.count, moved.limited);
     }
     Ok(moved)
 }

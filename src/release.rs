@@ -102,7 +102,7 @@ impl StringConfig for ReleaseLimits {
         let specs = parse::parse_release_limits(value).map_err(|why| why.to_string())?;
         let mut state = state();
         state.text = value.to_vec();
-        state.limits.configure(specs, clock::wall_ms());
+        state.limits.configure(specs, now_ms());
         update_active(&state);
         Ok(())
     }
@@ -118,55 +118,68 @@ impl ApplyConfigs for Nothing {
     fn apply(_ctx: &Context) {}
 }
 
-/// How many members may leave `schedule` at `now_ms`: `None` when it is
-/// neither limited nor held.
-pub fn allowance(schedule: &[u8], now_ms: i64) -> Option<u64> {
+/// The clock of every limit and hold: the wall clock. A command's own time
+/// is frozen for a whole script or MULTI, and a release booked at it would
+/// count as made at the script's start.
+fn now_ms() -> i64 {
+    clock::wall_ms()
+}
+
+/// What a limit lets leave a schedule now, and the instant it was read, at
+/// which the release is then booked.
+pub struct Allowance {
+    pub count: u64,
+    at_ms: i64,
+}
+
+/// How many members may leave `schedule` now: `None` when it is neither
+/// limited nor held (the clock is not even read then).
+pub fn allowance(schedule: &[u8]) -> Option<Allowance> {
     if !ACTIVE.load(Relaxed) {
         return None;
     }
-    state().limits.allowance(schedule, now_ms)
+    let at_ms = now_ms();
+    let count = state().limits.allowance(schedule, at_ms)?;
+    Some(Allowance { count, at_ms })
 }
 
-/// Records `count` members released from `schedule`; `held` when the limit
-/// (or a hold) left due members behind.
-pub fn released(schedule: &[u8], now_ms: i64, count: u64, held: bool) {
+/// Records `count` members released from `schedule` under `allowance`;
+/// `held` when the limit (or a hold) left due members behind.
+pub fn released(schedule: &[u8], allowance: &Allowance, count: u64, held: bool) {
     if held {
         stats::release_limited();
-    }
-    if !ACTIVE.load(Relaxed) {
-        return;
     }
     let mut state = state();
     let adaptive = state.adaptive();
     if state
         .limits
-        .released(schedule, now_ms, count, held, adaptive)
+        .released(schedule, allowance.at_ms, count, held, adaptive)
     {
         stats::adaptive_decrease();
     }
 }
 
 /// Records a failure of a job of `schedule` (an ECHO.RETRY naming it).
-pub fn failed(schedule: &[u8], now_ms: i64) {
+pub fn failed(schedule: &[u8]) {
     if !ACTIVE.load(Relaxed) {
         return;
     }
     let mut state = state();
     let adaptive = state.adaptive();
-    if state.limits.failed(schedule, now_ms, adaptive) {
+    if state.limits.failed(schedule, now_ms(), adaptive) {
         stats::adaptive_decrease();
     }
 }
 
 /// `ECHO.HOLD`: the hold in force after it (0 for none).
-pub fn hold(schedule: &[u8], ms: u64, now_ms: i64) -> Result<i64, HoldRefused> {
+pub fn hold(schedule: &[u8], ms: u64) -> Result<i64, HoldRefused> {
     let mut state = state();
-    let until = state.limits.hold(schedule, ms, now_ms);
+    let until = state.limits.hold(schedule, ms, now_ms());
     update_active(&state);
     until
 }
 
-/// What `ECHO.LIMITS` shows of `schedule` at `now_ms`.
+/// What `ECHO.LIMITS` shows of `schedule` now.
 pub struct Snapshot {
     pub limit: Option<LimitView>,
     pub held_until_ms: Option<i64>,
@@ -182,7 +195,8 @@ pub struct LimitView {
     pub failures: u64,
 }
 
-pub fn snapshot(schedule: &[u8], now_ms: i64) -> Snapshot {
+pub fn snapshot(schedule: &[u8]) -> Snapshot {
+    let now_ms = now_ms();
     let mut state = state();
     let adaptive = state.adaptive();
     let held_until_ms = state.limits.held_until(schedule, now_ms);

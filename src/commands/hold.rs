@@ -23,7 +23,6 @@ use crate::errors::ReplyError;
 use crate::limits::HoldRefused;
 use crate::parse;
 use crate::release;
-use crate::server::clock;
 use crate::server::keys::Arg;
 
 pub fn echo_hold(_ctx: &Context, args: &[Arg]) -> RedisResult {
@@ -31,9 +30,7 @@ pub fn echo_hold(_ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let ms = parse::parse_hold_ms(ms.as_slice())?;
-    // The wall clock, as every release limit reads it: a command's own time
-    // is frozen for a whole script or MULTI.
-    match release::hold(schedule.as_slice(), ms, clock::wall_ms()) {
+    match release::hold(schedule.as_slice(), ms) {
         Ok(until) => Ok(RedisValue::Integer(until)),
         Err(HoldRefused::TooMany) => Err(ReplyError::TooManyHolds.into()),
         Err(HoldRefused::NameTooLong) => Err(ReplyError::HoldNameTooLong.into()),

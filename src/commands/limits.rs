@@ -14,7 +14,6 @@
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::release;
-use crate::server::clock;
 use crate::server::keys::Arg;
 use crate::server::reply::{self, Field};
 
@@ -22,7 +21,7 @@ pub fn echo_limits(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule] = args else {
         return Err(RedisError::WrongArity);
     };
-    let snapshot = release::snapshot(schedule.as_slice(), clock::wall_ms());
+    let snapshot = release::snapshot(schedule.as_slice());
     let count = |n: u64| Field::Integer(i64::try_from(n).unwrap_or(i64::MAX));
     let limit = snapshot.limit.as_ref();
     reply::map(

@@ -65,11 +65,18 @@ macro_rules! for_each_api {
 /// A server function checked at load. The module refuses to load unless
 /// `missing_api` is `None`, and the pointers never change after load: that
 /// is what makes this infallible.
+///
+/// Why the `None` arm cannot run: `lib.rs`'s load calls `missing_api` before
+/// anything else, and returns (refusing the load) when it names a function.
+/// Every caller of `api!` is reached only after that check passed: from the
+/// commands, configs, timers, events and INFO section that load registers
+/// after it. The one thing load does on the refusing path, logging the
+/// reason, goes through `log.rs`, which checks its pointer itself and does
+/// not use this macro.
 macro_rules! api {
     ($name:ident) => {
         match redis_module::raw::$name {
             Some(f) => f,
-            // Cannot fire: missing_api() was None at load.
             None => unreachable!(concat!(stringify!($name), " is checked at load")),
         }
     };
