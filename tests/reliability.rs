@@ -230,6 +230,15 @@ fn a_retry_that_changes_no_score_writes_nothing_more() {
     // fixed delay lands on the score it already has. A native ZADD of an
     // unchanged score sends no event, fails no WATCH and replicates nothing.
     let (primary, _replica, mut p, mut r) = primary_and_replica(Options::without_module());
+    if !is_valkey(&mut p) {
+        // Redis 7.0 has no cached command time: the wall clock may tick
+        // between the two retries, and the second then writes a new score
+        // (a documented difference), so the premise does not hold there.
+        eprintln!(
+            "a_retry_that_changes_no_score_writes_nothing_more: Valkey only (a frozen clock)"
+        );
+        return;
+    }
     let stats: String = q!(&mut r, "INFO", "commandstats");
     let zadds_before = field_of(&stats, "cmdstat_zadd");
     assert_eq!(zadds_before, "");
