@@ -33,7 +33,7 @@ setup: ## Install what building and testing need (CI=true: the optional tools to
 # setup.sh installs depends on CI and the ECHOMQ_WITH_* switches, so each
 # combination has its own stamp: one made without CI=true does not skip the CI
 # install. `make setup` runs it again regardless.
-SETUP_SWITCHES := $(foreach t,REDIS NODE BROWSER PROMTOOL OPENSSL,$(if $(ECHOMQ_WITH_$(t)),-$(t)$(ECHOMQ_WITH_$(t))))
+SETUP_SWITCHES := $(foreach t,REDIS NODE BROWSER PROMTOOL OPENSSL PYTHON,$(if $(ECHOMQ_WITH_$(t)),-$(t)$(ECHOMQ_WITH_$(t))))
 space := $() $()
 SETUP_STAMP := target/.setup-stamp$(if $(filter true,$(CI)),-ci)$(subst $(space),,$(SETUP_SWITCHES))
 $(SETUP_STAMP): scripts/setup.sh
@@ -67,12 +67,15 @@ web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_
 	./target/release/echomq-web $(if $(ECHOMQ_WEB_URL),,--url redis://127.0.0.1:$(VALKEY_PORT)/ )--listen $(WEB_LISTEN) \
 	  $(foreach q,$(WEB_QUEUES),--queue $(q))
 
-# Unit and property tests, then integration tests against real servers; then
-# the core suites again against Redis 7 when redis-server is installed (CI
+# Unit and property tests, then integration tests against real servers (the
+# Rust client library's among them), the Python and Node.js client libraries'
+# suites, then the core suites again against Redis 7 when redis-server is installed (CI
 # installs it).
 REDIS_SUITES := --test commands --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz --test release
 test: build ## Run every test against real servers (and Redis 7 when installed)
 	$(CARGO) test --release --workspace
+	@echo "== clients/python: pytest"; bash clients/python/run-tests.sh
+	@echo "== clients/node: node --test"; bash clients/node/run-tests.sh
 	@if command -v redis-server >/dev/null 2>&1; then \
 	  echo "== Redis compatibility: core suites against $$(redis-server --version | cut -d' ' -f3)"; \
 	  ECHOMQ_SERVER=redis-server $(CARGO) test --release $(REDIS_SUITES); \

@@ -10,6 +10,9 @@
 #                          (tests/web checks echomq-web's /metrics with it)
 #   ECHOMQ_WITH_OPENSSL=1  the openssl command (tests/web makes a CA and a server
 #                          certificate with it for the rediss:// test)
+#   ECHOMQ_WITH_PYTHON=1   python3 with venv and pip (the Python client library's
+#                          tests and the Python worker; their packages go to a
+#                          venv under target/)
 # Without them those tests say SKIPPED and why; in CI they fail instead.
 # On Debian 12 Valkey comes from bookworm-backports; on newer Debian/Ubuntu from the main suite.
 set -euo pipefail
@@ -30,9 +33,15 @@ fi
 [ "${CI:-}" = true ] && ECHOMQ_WITH_BROWSER=${ECHOMQ_WITH_BROWSER:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_PROMTOOL=${ECHOMQ_WITH_PROMTOOL:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_OPENSSL=${ECHOMQ_WITH_OPENSSL:-1}
+[ "${CI:-}" = true ] && ECHOMQ_WITH_PYTHON=${ECHOMQ_WITH_PYTHON:-1}
 optional=()
 if [ "${ECHOMQ_WITH_OPENSSL:-0}" = 1 ] && ! command -v openssl >/dev/null 2>&1; then
   optional+=(openssl)
+fi
+# Debian's python3 makes a venv only with python3-venv (ensurepip) installed.
+if [ "${ECHOMQ_WITH_PYTHON:-0}" = 1 ] \
+   && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  optional+=(python3 python3-venv)
 fi
 if [ "${ECHOMQ_WITH_REDIS:-0}" = 1 ] && ! command -v redis-server >/dev/null 2>&1; then
   optional+=(redis-server)

@@ -1,0 +1,416 @@
+//! The three client libraries on one queue: a job added in one language is
+//! run by a worker in another, the dead set one writes reads the same from
+//! all three, and three workers in three languages share a queue of 10,000
+//! jobs with each job done once. Each library's own suite (pytest,
+//! `node --test`, `cargo test -p echomq-client`) covers the rest; here the
+//! libraries meet through their `crossworker` programs, whose command line is
+//! the same in every language.
+//!
+//! Outside CI a missing python3 (with venv) or Node.js makes a test say
+//! SKIPPED with the reason; in CI it fails, since scripts/setup.sh installs them.
+
+mod common;
+mod node;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{python_venv, run, target_dir, wait_until, Server};
+use node::or_skip;
+use redis::{cmd, Connection};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Lang {
+    Python,
+    Node,
+    Rust,
+}
+
+use Lang::{Node, Python, Rust};
+
+fn source(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The venv's python with `clients/python` installed, or why not.
+fn python() -> Result<PathBuf, String> {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let system = PathBuf::from(
+                std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "python3".into()),
+            );
+            let imports = |python: &Path| {
+                Command::new(python)
+                    .args(["-c", "import echomq"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            let package = source("clients/python");
+            python_venv(
+                &system,
+                &target_dir().join("pyenv-clients"),
+                package.to_str().expect("a UTF-8 checkout path"),
+                imports,
+            )
+        })
+        .clone()
+}
+
+/// clients/node with its dependencies installed (`npm ci`, once), or why not.
+fn node_ready() -> Result<(), String> {
+    static READY: OnceLock<Result<(), String>> = OnceLock::new();
+    READY
+        .get_or_init(|| {
+            let version = Command::new("node")
+                .arg("--version")
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .ok_or("node (Node.js) is not installed")?;
+            let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+            let major: u32 = version
+                .trim_start_matches('v')
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            if major < 18 {
+                return Err(format!("Node.js {version} is too old (18 or later needed)"));
+            }
+            let dir = source("clients/node");
+            if !dir.join("node_modules/iovalkey").exists() {
+                let out = Command::new("npm")
+                    .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+                    .current_dir(&dir)
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|e| format!("npm is not installed ({e})"))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "`npm ci` in clients/node failed: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// The release build of echomq-client's crossworker example (built here too,
+/// for a `cargo test --test clients` that built no examples).
+fn rust_crossworker() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "--release", "--quiet", "-p", "echomq-client"])
+            .args(["--example", "crossworker"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "cargo build --example crossworker failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = target_dir().join("release/examples/crossworker");
+        assert!(path.exists(), "{} is missing", path.display());
+        path
+    })
+    .clone()
+}
+
+/// Whether every language a test needs is here; None (SKIPPED) otherwise.
+fn ready(test: &str, langs: &[Lang]) -> Option<()> {
+    for lang in langs {
+        match lang {
+            Python => or_skip(test, python().map(|_| ()))?,
+            Node => or_skip(test, node_ready())?,
+            Rust => {
+                rust_crossworker();
+            }
+        }
+    }
+    Some(())
+}
+
+/// The crossworker of `lang` with `args`.
+fn crossworker(lang: Lang, args: &[&str]) -> Command {
+    let mut command = match lang {
+        Python => {
+            let mut c = Command::new(python().expect("python checked by ready()"));
+            c.arg(source("clients/python/tests/crossworker.py"));
+            c
+        }
+        Node => {
+            let mut c = Command::new("node");
+            c.arg(source("clients/node/test/crossworker.mjs"));
+            c
+        }
+        Rust => Command::new(rust_crossworker()),
+    };
+    command.args(args).stdin(Stdio::null());
+    command
+}
+
+/// Runs a crossworker to completion; its stdout, or a panic with its stderr.
+fn run_to_end(lang: Lang, args: &[&str]) -> String {
+    let out = crossworker(lang, args)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{lang:?} crossworker: {e}"));
+    assert!(
+        out.status.success(),
+        "{lang:?} crossworker {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// A running `crossworker work`; stopped with SIGTERM (and checked to exit 0)
+/// by `stop`, killed when dropped.
+struct Worker {
+    lang: Lang,
+    child: Child,
+}
+
+impl Worker {
+    fn start(lang: Lang, args: &[&str]) -> Worker {
+        let mut full = vec!["work"];
+        full.extend_from_slice(args);
+        let mut child = crossworker(lang, &full)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{lang:?} crossworker: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the worker's first line");
+        assert_eq!(line.trim(), "ready", "{lang:?} worker did not start");
+        Worker { lang, child }
+    }
+
+    /// SIGTERM; the worker must exit 0 within 20 s.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(status.success(), "{:?} worker exited {status}", self.lang);
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{:?} worker still running 20 s after SIGTERM",
+                self.lang
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `HGETALL key` as id → count.
+fn done_counts(con: &mut Connection, key: &str) -> BTreeMap<String, i64> {
+    run(con, cmd("HGETALL").arg(key))
+}
+
+fn wait_done(con: &mut Connection, key: &str, n: usize, within: Duration) {
+    wait_until(&format!("{n} jobs done in {key}"), within, || {
+        let len: usize = run(con, cmd("HLEN").arg(key));
+        (len >= n).then_some(()).ok_or(format!("{len} done"))
+    });
+}
+
+/// Nothing of the queue left but what a test wrote itself.
+fn assert_queue_empty(con: &mut Connection, queue: &str) {
+    for suffix in ["schedule", "dead", "jobs", "attempts", "errors"] {
+        let exists: i64 = run(con, cmd("EXISTS").arg(format!("{{{queue}}}:{suffix}")));
+        assert_eq!(exists, 0, "{{{queue}}}:{suffix} still exists");
+    }
+    let len: i64 = run(con, cmd("XLEN").arg(format!("{{{queue}}}:pending")));
+    assert_eq!(len, 0, "entries left in {{{queue}}}:pending");
+}
+
+fn added_from(lang: Lang, url: &str, queue: &str, count: usize, prefix: &str) -> Vec<String> {
+    let count = count.to_string();
+    let out = run_to_end(
+        lang,
+        &["add", "--url", url, "--queue", queue, "--count", &count, "--id-prefix", prefix],
+    );
+    out.lines().map(str::to_string).collect()
+}
+
+/// A job added in one language is run by a worker of the next.
+#[test]
+fn a_job_added_in_one_language_runs_in_another() {
+    let test = "a_job_added_in_one_language_runs_in_another";
+    if ready(test, &[Python, Node, Rust]).is_none() {
+        return;
+    }
+    let server = Server::start();
+    let url = server.url();
+    let mut con = server.conn();
+    for (producer, consumer) in [(Python, Node), (Node, Rust), (Rust, Python)] {
+        let queue = format!("x-{producer:?}-{consumer:?}").to_lowercase();
+        let done = format!("{{{queue}}}:done");
+        let worker = Worker::start(consumer, &["--url", &url, "--queue", &queue, "--done", &done]);
+        let prefix = format!("{producer:?}-").to_lowercase();
+        let ids = added_from(producer, &url, &queue, 20, &prefix);
+        let want: BTreeSet<String> = (0..20).map(|i| format!("{prefix}{i}")).collect();
+        assert_eq!(ids.iter().cloned().collect::<BTreeSet<_>>(), want, "ids printed by add");
+        wait_done(&mut con, &done, 20, Duration::from_secs(30));
+        worker.stop();
+        let counts = done_counts(&mut con, &done);
+        assert_eq!(counts.keys().cloned().collect::<BTreeSet<_>>(), want, "{producer:?} → {consumer:?}");
+        assert!(counts.values().all(|&n| n == 1), "a job ran twice: {counts:?}");
+        assert_queue_empty(&mut con, &queue);
+    }
+}
+
+/// One dead record as every crossworker prints it.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Dead {
+    id: String,
+    died_at_ms: i64,
+    attempts: i64,
+    error: String,
+    payload_hex: String,
+}
+
+fn dead_from(lang: Lang, url: &str, queue: &str) -> Vec<Dead> {
+    run_to_end(lang, &["dead", "--url", url, "--queue", queue])
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{lang:?}: {e}: {line}"));
+            Dead {
+                id: v["id"].as_str().expect("id").to_string(),
+                died_at_ms: v["died_at_ms"].as_i64().expect("died_at_ms"),
+                attempts: v["attempts"].as_i64().expect("attempts"),
+                error: v["error"].as_str().expect("error").to_string(),
+                payload_hex: v["payload_hex"].as_str().expect("payload_hex").to_string(),
+            }
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Jobs added from Rust and failed for good by a Python worker read the same
+/// in the dead set from all three languages.
+#[test]
+fn the_dead_set_one_language_writes_the_others_read() {
+    if ready("the_dead_set_one_language_writes_the_others_read", &[Python, Node, Rust]).is_none() {
+        return;
+    }
+    let server = Server::start();
+    let url = server.url();
+    let mut con = server.conn();
+    let queue = "x-dead";
+    added_from(Rust, &url, queue, 5, "rs-");
+    let worker = Worker::start(
+        Python,
+        &["--url", &url, "--queue", queue, "--fail", "boom from python", "--max-attempts", "2", "--backoff", "fixed:0"],
+    );
+    // Retries at fixed:0 are due at once: the worker promotes them itself
+    // (the pair is not in echomq.auto-promote).
+    wait_until("5 dead", Duration::from_secs(30), || {
+        let n: i64 = run(&mut con, cmd("ZCARD").arg("{x-dead}:dead"));
+        (n == 5).then_some(()).ok_or(format!("{n} dead"))
+    });
+    worker.stop();
+    let from_python = dead_from(Python, &url, queue);
+    assert_eq!(from_python.len(), 5, "{from_python:?}");
+    let ids: BTreeSet<&str> = from_python.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, (0..5).map(|i| format!("rs-{i}")).collect::<BTreeSet<_>>().iter().map(String::as_str).collect());
+    for record in &from_python {
+        assert_eq!(record.attempts, 2, "{record:?}");
+        assert_eq!(record.error, "boom from python");
+        assert!(record.died_at_ms > 0);
+    }
+    let mut payloads: Vec<String> = from_python.iter().map(|d| d.payload_hex.clone()).collect();
+    payloads.sort();
+    let mut want: Vec<String> = (0..5).map(|i| hex(format!("payload-{i}").as_bytes())).collect();
+    want.sort();
+    assert_eq!(payloads, want);
+    assert_eq!(dead_from(Node, &url, queue), from_python, "Node reads another dead set");
+    assert_eq!(dead_from(Rust, &url, queue), from_python, "Rust reads another dead set");
+}
+
+/// 10,000 jobs, one worker per language at once: every job done exactly once,
+/// every worker did some, nothing left behind.
+#[test]
+fn three_languages_share_ten_thousand_jobs_each_done_once() {
+    if ready("three_languages_share_ten_thousand_jobs_each_done_once", &[Python, Node, Rust]).is_none() {
+        return;
+    }
+    let server = Server::start();
+    let url = server.url();
+    let mut con = server.conn();
+    let queue = "x-shared";
+    let workers: Vec<(Lang, String, Worker)> = [Python, Node, Rust]
+        .into_iter()
+        .map(|lang| {
+            let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
+            let w = Worker::start(lang, &["--url", &url, "--queue", queue, "--done", &done, "--concurrency", "20"]);
+            (lang, done, w)
+        })
+        .collect();
+    let ids = added_from(Node, &url, queue, 10_000, "");
+    assert_eq!(ids.len(), 10_000);
+    let unique: BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), 10_000, "generated ids collide");
+    wait_until("10,000 jobs done", Duration::from_secs(180), || {
+        let mut total = 0;
+        for (_, done, _) in &workers {
+            let n: usize = run(&mut con, cmd("HLEN").arg(done));
+            total += n;
+        }
+        (total >= 10_000).then_some(()).ok_or(format!("{total} done"))
+    });
+    let mut seen: BTreeMap<String, Vec<Lang>> = BTreeMap::new();
+    for (lang, done, worker) in workers {
+        worker.stop();
+        let counts = done_counts(&mut con, &done);
+        assert!(!counts.is_empty(), "the {lang:?} worker did no job");
+        for (id, n) in counts {
+            assert_eq!(n, 1, "{id} ran {n} times in {lang:?}");
+            seen.entry(id).or_default().push(lang);
+        }
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, langs)| langs.len() > 1).collect();
+    assert!(twice.is_empty(), "jobs run by two workers: {twice:?}");
+    assert_eq!(
+        seen.keys().collect::<BTreeSet<_>>(),
+        unique,
+        "the jobs done are the jobs added"
+    );
+    assert_queue_empty(&mut con, queue);
+}
