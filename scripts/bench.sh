@@ -7,7 +7,10 @@
 # Environment: ECHOMQ_MODULE (default target/release/libechomq.so),
 # ECHOMQ_WORKER (default target/release/examples/worker, built if stale),
 # BENCH_ARGS (extra arguments of python3 -m bench, e.g. "--quick", "--rounds 7"
-# or "--only retry_options,spread": scripts/bench/__main__.py lists the sections).
+# or "--only retry_options,spread": scripts/bench/__main__.py lists the sections;
+# "--only clients" is BullMQ's worker against the client libraries' workers, which
+# installs its Node.js packages into target/bench-node and a Python venv into
+# target/pyenv-clients, and builds echomq-client's bench example).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

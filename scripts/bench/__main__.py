@@ -4,8 +4,8 @@ import argparse
 import signal
 import sys
 
-from . import (auto_promote, future_members, herd, latency, memory, promote_stream, promotion,
-               retry_options, spread, throughput, web_scrape, worker_layouts)
+from . import (auto_promote, clients, future_members, herd, latency, memory, promote_stream,
+               promotion, retry_options, spread, throughput, web_scrape, worker_layouts)
 from . import limits
 from .harness import DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
@@ -17,6 +17,7 @@ SECTIONS = [("throughput", throughput), ("retry_options", retry_options),
             ("promote_stream", promote_stream), ("worker_layouts", worker_layouts),
             ("web_scrape", web_scrape)]
 SECTIONS.append(("limits", limits))  # the release limit's own cost
+SECTIONS.append(("clients", clients))  # BullMQ's worker against the client libraries' (needs node)
 SECTIONS.append(("herd", herd))  # the herd against a dependency, the longest: last
 
 

@@ -213,6 +213,13 @@ def report(b, elapsed):
     print("echomq-web: 500 queues; wall time per GET over one keep-alive connection, %d rounds"
           % b.rounds)
     print("(order rotating); commands and server µs of one scrape from INFO commandstats.")
+    if getattr(b, "clients_note", None):
+        print("Workers side by side: %d recorded rounds (+1 warm-up), every contender and workload"
+              % (min(b.rounds, 3) if b.quick else b.rounds))
+        print("once per round (order rotating), a fresh queue and one driver process per run")
+        print("(scripts/bench/clients.py says how); jobs/s from the worker's start to the last job")
+        print("done; server CPU per job = used_cpu_user + used_cpu_sys of INFO cpu over the phase;")
+        print("%s." % b.clients_note)
     if getattr(b, "herd_json_written", None):
         print("Herd: one run per strategy, back to back on fresh keys; the simulated dependency and")
         print("the worker threads live in the benchmark process (scripts/bench/herd.py says how); the")
