@@ -38,8 +38,8 @@ class Server:
         self.log = log
         self.url = "redis://127.0.0.1:%d/0" % port
 
-    def client(self) -> valkey.Valkey:
-        return valkey.Valkey(host="127.0.0.1", port=self.port)
+    def client(self, protocol: int = 2) -> valkey.Valkey:
+        return valkey.Valkey(host="127.0.0.1", port=self.port, protocol=protocol)
 
 
 @pytest.fixture(scope="session")
@@ -88,9 +88,10 @@ def server(tmp_path_factory):
         proc.wait()
 
 
-@pytest.fixture
-def client(server):
-    c = server.client()
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def client(server, request):
+    """A client of the test server, in RESP2 and in RESP3 (the library reads both)."""
+    c = server.client(request.param)
     yield c
     c.close()
 

@@ -9,9 +9,19 @@ import sys
 import threading
 import time
 
+import pytest
+
 import echomq
 from conftest import CROSSWORKER, wait_for
 from helpers import running
+
+
+@pytest.fixture
+def client(server):
+    """The worker processes speak RESP2; so does this side."""
+    c = server.client()
+    yield c
+    c.close()
 
 
 def test_scenario6_slow_job_is_not_run_twice(client, qname, crossworkers):

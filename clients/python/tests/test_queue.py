@@ -103,6 +103,15 @@ def test_scenario2_delay_with_server_promotion(client, qname):
         client.config_set("echomq.auto-promote", old)
 
 
+def test_add_many_with_ids_is_idempotent(client, qname):
+    q = echomq.Queue(client, qname)
+    client.script_flush()
+    assert q.add_many([b"a", b"b"], ids=["x", "y"]) == ["x", "y"]
+    assert q.add_many([b"c", b"d", b"e"], ids=["x", "y", "z"], delay_ms=50_000) == ["x", "y", "z"]
+    assert client.hgetall("{%s}:jobs" % qname) == {b"x": b"a", b"y": b"b", b"z": b"e"}
+    assert q.counts() == {"scheduled": 1, "due": 0, "pending": 2, "in_flight": 0, "dead": 0}
+
+
 def test_counts_dead_remove(client, qname):
     q = echomq.Queue(client, qname)
     a = q.add(b"a")

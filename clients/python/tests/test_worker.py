@@ -128,7 +128,9 @@ def test_scenario5_retry_after_holds_every_worker(client, qname):
 
     def held_until():
         reply = client.execute_command("ECHO.LIMITS", limits_key)
-        return int(dict(zip(reply[::2], reply[1::2]))[b"held-until-ms"] or 0)
+        if not isinstance(reply, dict):
+            reply = dict(zip(reply[::2], reply[1::2]))
+        return int(reply[b"held-until-ms"] or 0)
 
     with running(q, handler, backoff="fixed:50", concurrency=4), running(q, handler, backoff="fixed:50", concurrency=4):
         q.add(b"t", id="trigger")

@@ -123,9 +123,7 @@ class Queue:
             if len(out) != len(data):
                 raise ValueError("add_many: ids and payloads differ in number")
             raw = [id_bytes(i) for i in ids]
-            given = True
-            # A script inside MULTI cannot fall back from EVALSHA: load it first.
-            self.client.script_load(ADD_SCRIPT)
+            given = True  # the pipeline loads the script before its MULTI when the server lacks it
         else:
             out = [new_id() for _ in data]
             raw = [i.encode() for i in out]
