@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 
 import pytest
+import valkey
 
 import echomq
 from conftest import CROSSWORKER, wait_for
@@ -158,3 +160,39 @@ def test_crossworker_add_and_fail(client, qname, server, crossworkers):
     assert sorted((r.id, r.attempts, r.error, r.payload) for r in q.dead()) == [
         ("p-%d" % i, 2, "nope", b"payload-%d" % i) for i in range(3)
     ]
+
+
+def test_sigterm_on_the_main_thread_closes_and_restores_the_handler(client, qname):
+    q = echomq.Queue(client, qname)
+    assert threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM)
+    marker = []
+
+    def mine(signum, frame):
+        marker.append(signum)
+
+    signal.signal(signal.SIGTERM, mine)
+    try:
+        finished = []
+
+        def handler(job):
+            # SIGTERM while this handler runs: it still finishes and its outcome is written.
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.3)
+            finished.append(job.id)
+
+        jid = q.add(b"x")
+        echomq.Worker(q, handler).run()
+        assert finished == [jid]
+        assert marker == [], "the worker's handler, not the old one, got the signal"
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert client.hlen("{%s}:jobs" % qname) == 0
+        assert q.counts()["in_flight"] == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_invalid_policy_is_refused_at_start(client, qname):
+    q = echomq.Queue(client, qname)
+    with pytest.raises(valkey.exceptions.ResponseError):
+        echomq.Worker(q, lambda job: None, backoff="no-such-policy").run()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from ._common import Keys, Payload, check_client, id_bytes, new_id, server_ms, to_bytes, to_str
 
