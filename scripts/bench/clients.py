@@ -108,7 +108,8 @@ def tree_digest(d):
     the Python package when its source changed."""
     h = hashlib.sha256()
     for top, dirs, files in os.walk(d):
-        dirs[:] = sorted(x for x in dirs if x not in ("__pycache__", "build", "dist", ".pytest_cache")
+        dirs[:] = sorted(x for x in dirs
+                         if x not in ("__pycache__", "build", "dist", ".pytest_cache")
                          and not x.endswith(".egg-info") and not x.startswith(".venv"))
         for name in sorted(files):
             p = os.path.join(top, name)
@@ -312,7 +313,8 @@ def check_and_clear(bench, c, queue):
         keys = echomq_keys(queue)
     else:
         pre = "bull:%s:" % queue
-        left = {"wait": conn.call("LLEN", pre + "wait"), "active": conn.call("LLEN", pre + "active"),
+        left = {"wait": conn.call("LLEN", pre + "wait"),
+                "active": conn.call("LLEN", pre + "active"),
                 "delayed": conn.call("ZCARD", pre + "delayed"),
                 "prioritized": conn.call("ZCARD", pre + "prioritized"),
                 "failed": conn.call("ZCARD", pre + "failed"),
@@ -415,7 +417,8 @@ def run(bench):
             d.expect("ready", READY_S)
             if w and c.echomq:
                 pair = "{%s}:schedule {%s}:pending" % (queue, queue)
-                bench.c.call("CONFIG", "SET", "echomq.auto-promote", (old_auto + " " + pair).strip())
+                bench.c.call("CONFIG", "SET", "echomq.auto-promote",
+                             (old_auto + " " + pair).strip())
             c0 = cpu_seconds(bench)
             d.send("add")
             added = d.expect("added", ADD_S)

@@ -183,7 +183,11 @@ def report(b, elapsed):
     """The commands run, how each section measures, and the table."""
     print()
     print("valkey-benchmark commands (each run -n per round after a warm-up), and (worker) the last")
-    print("worker run (the others differ in --layout, --fail-first and --name):")
+    if getattr(b, "clients_note", None):
+        print("worker run (the others differ in --layout, --fail-first and --name), and (clients, X)")
+        print("each driver's last run (the others differ in --queue and --fail-once):")
+    else:
+        print("worker run (the others differ in --layout, --fail-first and --name):")
     for cmd in b.bench_cmds:
         print("  " + cmd)
     print()
