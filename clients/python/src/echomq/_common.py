@@ -1,0 +1,88 @@
+"""Shared helpers: key names, ids, time."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from typing import Union
+
+Payload = Union[bytes, bytearray, memoryview, str]
+
+GROUP = b"workers"
+MAX_ERROR_BYTES = 4096
+
+
+class Keys:
+    """The six keys of a queue, under one hash tag."""
+
+    __slots__ = ("name", "schedule", "pending", "dead", "jobs", "attempts", "errors")
+
+    def __init__(self, name: str) -> None:
+        if not name:
+            raise ValueError("the queue name must not be empty")
+        self.name = name
+        tag = "{" + name + "}:"
+        self.schedule = (tag + "schedule").encode()
+        self.pending = (tag + "pending").encode()
+        self.dead = (tag + "dead").encode()
+        self.jobs = (tag + "jobs").encode()
+        self.attempts = (tag + "attempts").encode()
+        self.errors = (tag + "errors").encode()
+
+
+def new_id() -> str:
+    """A time-ordered unique id: 13 digits of Unix ms, '-', 16 hex digits."""
+    return "%013d-%s" % (time.time_ns() // 1_000_000, secrets.token_hex(8))
+
+
+def to_bytes(payload: Payload) -> bytes:
+    if isinstance(payload, str):
+        return payload.encode("utf-8")
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return bytes(payload)
+    raise TypeError("a payload is bytes or str, not %s" % type(payload).__name__)
+
+
+def to_str(value: Union[bytes, str]) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return value
+
+
+def id_bytes(job_id: Union[bytes, str]) -> bytes:
+    if isinstance(job_id, bytes):
+        data = job_id
+    else:
+        data = str(job_id).encode("utf-8", "surrogateescape")
+    if not data:
+        raise ValueError("a job id must not be empty")
+    return data
+
+
+def server_ms(time_reply) -> int:
+    """TIME's reply (as valkey-py parses it, or raw) in Unix ms."""
+    sec, usec = time_reply
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def error_text(exc: BaseException) -> bytes:
+    text = str(exc) or type(exc).__name__
+    data = text.encode("utf-8", "replace")
+    if len(data) > MAX_ERROR_BYTES:
+        data = data[:MAX_ERROR_BYTES].decode("utf-8", "ignore").encode("utf-8")
+    return data
+
+
+def check_client(client) -> None:
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if kwargs.get("decode_responses"):
+        raise ValueError(
+            "echomq needs a client made with decode_responses=False: payloads are bytes"
+        )
+
+
+def consumer_name() -> bytes:
+    import socket
+
+    return ("%s-%d-%s" % (socket.gethostname(), os.getpid(), secrets.token_hex(3))).encode()

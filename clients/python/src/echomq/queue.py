@@ -1,0 +1,227 @@
+"""Queue: adding jobs, inspecting and repairing a queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from ._common import Keys, Payload, check_client, id_bytes, new_id, server_ms, to_bytes, to_str
+
+# KEYS: jobs pending schedule   ARGV: id payload delay_ms
+ADD_SCRIPT = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
+else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+return 1
+"""
+
+# KEYS: dead attempts errors pending   ARGV: id
+REQUEUE_SCRIPT = """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
+return 1
+"""
+
+# KEYS: dead jobs attempts errors   ARGV: older_than_ms
+PURGE_SCRIPT = """
+local t = redis.call('TIME')
+local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
+local max = string.format('%d', cutoff)
+local n = 0
+while true do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, 1000)
+  if #ids == 0 then break end
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('HDEL', KEYS[2], unpack(ids))
+  redis.call('HDEL', KEYS[3], unpack(ids))
+  redis.call('HDEL', KEYS[4], unpack(ids))
+  n = n + #ids
+end
+return n
+"""
+
+BATCH = 1000
+
+
+@dataclass(frozen=True)
+class DeadJob:
+    """A job that failed for the last time."""
+
+    id: str
+    died_at_ms: int
+    attempts: int
+    error: Optional[str]
+    payload: Optional[bytes]
+
+
+def _delay(delay_ms: int) -> int:
+    delay_ms = int(delay_ms)
+    if delay_ms < 0:
+        raise ValueError("delay_ms must not be negative")
+    return delay_ms
+
+
+class Queue:
+    """A queue on an echomq server.
+
+    ``client`` is a ``valkey.Valkey`` made with ``decode_responses=False`` (the default):
+    payloads are bytes. The queue is thread-safe as the client is.
+    """
+
+    def __init__(self, client, name: str) -> None:
+        check_client(client)
+        self.client = client
+        self.name = name
+        self.keys = Keys(name)
+        self._add_script = client.register_script(ADD_SCRIPT)
+        self._requeue_script = client.register_script(REQUEUE_SCRIPT)
+        self._purge_script = client.register_script(PURGE_SCRIPT)
+
+    # -- adding ------------------------------------------------------------------------------
+
+    def _queue_add(self, pipe, jid: bytes, payload: bytes, delay_ms: int, given: bool) -> None:
+        k = self.keys
+        if given:
+            self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, payload, delay_ms], client=pipe)
+            return
+        pipe.hset(k.jobs, jid, payload)
+        if delay_ms > 0:
+            pipe.execute_command("ECHO.SCHEDULE", k.schedule, jid, delay_ms)
+        else:
+            pipe.xadd(k.pending, {b"job": jid})
+
+    def add(self, payload: Payload, id: Optional[str] = None, delay_ms: int = 0) -> str:
+        """Adds a job; returns its id. With ``id`` given, a second add while the job exists is a
+        no-op. ``delay_ms`` is counted by the server's clock."""
+        data = to_bytes(payload)
+        delay_ms = _delay(delay_ms)
+        k = self.keys
+        if id is not None:
+            jid = id_bytes(id)
+            self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, data, delay_ms])
+            return to_str(id)
+        jid_s = new_id()
+        pipe = self.client.pipeline(transaction=True)
+        self._queue_add(pipe, jid_s.encode(), data, delay_ms, False)
+        pipe.execute()
+        return jid_s
+
+    def add_many(
+        self,
+        payloads: Iterable[Payload],
+        ids: Optional[Sequence[str]] = None,
+        delay_ms: int = 0,
+    ) -> List[str]:
+        """Adds several jobs, in transactions of up to 1,000 jobs; returns their ids.
+        With ``ids`` (one per payload) each add is idempotent as in ``add``."""
+        data = [to_bytes(p) for p in payloads]
+        delay_ms = _delay(delay_ms)
+        if ids is not None:
+            out = [to_str(i) for i in ids]
+            if len(out) != len(data):
+                raise ValueError("add_many: ids and payloads differ in number")
+            raw = [id_bytes(i) for i in ids]
+            given = True  # the pipeline loads the script before its MULTI when the server lacks it
+        else:
+            out = [new_id() for _ in data]
+            raw = [i.encode() for i in out]
+            given = False
+        for start in range(0, len(data), BATCH):
+            pipe = self.client.pipeline(transaction=True)
+            for jid, payload in zip(raw[start : start + BATCH], data[start : start + BATCH]):
+                self._queue_add(pipe, jid, payload, delay_ms, given)
+            pipe.execute()
+        return out
+
+    # -- inspecting --------------------------------------------------------------------------
+
+    def counts(self) -> Dict[str, int]:
+        """{scheduled, due, pending, in_flight, dead}."""
+        k = self.keys
+        now = server_ms(self.client.time())
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(k.schedule)
+        pipe.zcount(k.schedule, "-inf", now)
+        pipe.xlen(k.pending)
+        pipe.execute_command("XPENDING", k.pending, b"workers")
+        pipe.zcard(k.dead)
+        zcard, due, xlen, xpending, dead = pipe.execute(raise_on_error=False)
+        if isinstance(xpending, Exception):
+            if "NOGROUP" not in str(xpending):
+                raise xpending
+            in_flight = 0
+        elif isinstance(xpending, dict):
+            in_flight = int(xpending.get("pending", 0))
+        else:
+            in_flight = int(xpending[0])
+        for value in (zcard, due, xlen, dead):
+            if isinstance(value, Exception):
+                raise value
+        return {
+            "scheduled": int(zcard) - int(due),
+            "due": int(due),
+            "pending": max(int(xlen) - in_flight, 0),
+            "in_flight": in_flight,
+            "dead": int(dead),
+        }
+
+    def dead(self, offset: int = 0, count: int = 100) -> List[DeadJob]:
+        """Dead jobs, oldest death first."""
+        if count <= 0:
+            return []
+        k = self.keys
+        rows = self.client.zrange(k.dead, offset, offset + count - 1, withscores=True)
+        if not rows:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for member, _ in rows:
+            pipe.hget(k.attempts, member)
+            pipe.hget(k.errors, member)
+            pipe.hget(k.jobs, member)
+        values = pipe.execute()
+        out = []
+        for i, (member, score) in enumerate(rows):
+            attempts, error, payload = values[3 * i : 3 * i + 3]
+            out.append(
+                DeadJob(
+                    id=to_str(member),
+                    died_at_ms=int(score),
+                    attempts=int(attempts) if attempts is not None else 0,
+                    error=error.decode("utf-8", "replace") if error is not None else None,
+                    payload=payload,
+                )
+            )
+        return out
+
+    # -- repairing ---------------------------------------------------------------------------
+
+    def requeue(self, id: str) -> bool:
+        """Moves a dead job back to pending with its attempts reset; False when not dead."""
+        k = self.keys
+        return bool(self._requeue_script(keys=[k.dead, k.attempts, k.errors, k.pending], args=[id_bytes(id)]))
+
+    def remove(self, id: str) -> bool:
+        """Removes a job wherever it waits; True when it existed."""
+        k = self.keys
+        jid = id_bytes(id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrem(k.schedule, jid)
+        pipe.zrem(k.dead, jid)
+        pipe.hdel(k.jobs, jid)
+        pipe.hdel(k.attempts, jid)
+        pipe.hdel(k.errors, jid)
+        replies = pipe.execute()
+        return int(replies[2]) == 1
+
+    def purge_dead(self, older_than_ms: int = 0) -> int:
+        """Removes the dead jobs that died at least ``older_than_ms`` ago (server clock)."""
+        k = self.keys
+        return int(self._purge_script(keys=[k.dead, k.jobs, k.attempts, k.errors], args=[int(older_than_ms)]))
+
+    def worker(self, handler, **options):
+        """Shorthand for ``Worker(self, handler, **options)``."""
+        from .worker import Worker
+
+        return Worker(self, handler, **options)

@@ -1,0 +1,507 @@
+"""Worker: runs a handler for each job of a queue, `concurrency` at a time, on threads."""
+
+from __future__ import annotations
+
+import logging
+import queue as _queue
+import signal
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+import valkey
+from valkey.exceptions import ConnectionError as _ConnError
+from valkey.exceptions import ResponseError
+from valkey.exceptions import TimeoutError as _TimeoutError
+
+from ._common import GROUP, consumer_name, error_text, server_ms, to_str
+from .queue import Queue
+
+log = logging.getLogger("echomq")
+
+DEFAULT_BACKOFF = "jitter:exponential:1000:3600000"
+MAX_HOLD_MS = 86_400_000
+_TRANSIENT = (_ConnError, _TimeoutError, OSError)
+
+
+class RetryAfter(Exception):
+    """Raise from a handler when a dependency asked to wait (429/503 with Retry-After):
+    the queue is held for ``ms`` (no worker starts a job of it) and the job fails as usual."""
+
+    def __init__(self, ms: int, message: Optional[str] = None) -> None:
+        self.ms = max(0, int(ms))
+        super().__init__(message or "retry after %d ms" % self.ms)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a handler gets: the id, the payload (bytes) and the attempt number (1 = first run)."""
+
+    id: str
+    payload: bytes
+    attempt: int
+
+
+class _Pool:
+    """A fixed pool of daemon threads whose tasks return concurrent.futures.Future objects.
+
+    Daemon threads, unlike concurrent.futures.ThreadPoolExecutor's, do not keep the process alive
+    at exit: a handler that outlives the shutdown timeout is abandoned (its job stays in the group
+    and another worker takes it over after the lease)."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._tasks: "_queue.SimpleQueue" = _queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name="%s-%d" % (name, i), daemon=True) for i in range(size)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            item = self._tasks.get()
+            if item is None:
+                return
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - reported through the future
+                future.set_exception(exc)
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._tasks.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._tasks.put(None)
+
+
+def _fields_job(fields) -> Optional[bytes]:
+    if not fields:
+        return None
+    return fields.get(b"job")
+
+
+def _read_entries(reply) -> List[Tuple[bytes, Optional[bytes]]]:
+    """XREADGROUP's reply as valkey-py parses it (RESP2 list or RESP3 dict)."""
+    if not reply:
+        return []
+    streams = reply.values() if isinstance(reply, dict) else [r[1] for r in reply]
+    out = []
+    for messages in streams:
+        if messages and isinstance(messages[0], list):  # RESP3: [[(id, fields), ...]]
+            messages = messages[0]
+        for eid, fields in messages or []:
+            if eid is not None:
+                out.append((eid, _fields_job(fields)))
+    return out
+
+
+def _held_until(limits) -> int:
+    if isinstance(limits, dict):
+        value = limits.get(b"held-until-ms", limits.get("held-until-ms"))
+    else:
+        value = None
+        for i in range(0, len(limits) - 1, 2):
+            if limits[i] in (b"held-until-ms", "held-until-ms"):
+                value = limits[i + 1]
+                break
+    return int(value or 0)
+
+
+class Worker:
+    """Runs ``handler(job)`` for the jobs of ``queue``, ``concurrency`` at a time.
+
+    ``run()`` blocks until ``close()`` is called (from a handler, another thread, or SIGTERM when
+    ``run()`` is on the main thread). A handler that returns succeeds; one that raises fails the
+    job, which the server retries under ``backoff`` until ``max_attempts`` failures make it dead.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        handler: Callable[[Job], object],
+        concurrency: int = 10,
+        backoff: str = DEFAULT_BACKOFF,
+        max_attempts: int = 10,
+        lease_ms: int = 30_000,
+        max_deliveries: int = 3,
+        shutdown_timeout_ms: int = 10_000,
+        block_ms: int = 1000,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if lease_ms < 3:
+            raise ValueError("lease_ms must be at least 3")
+        if max_deliveries < 1:
+            raise ValueError("max_deliveries must be at least 1")
+        if shutdown_timeout_ms < 0:
+            raise ValueError("shutdown_timeout_ms must not be negative")
+        self.queue = queue
+        self.client = queue.client
+        self.keys = queue.keys
+        self.handler = handler
+        self.concurrency = int(concurrency)
+        self.backoff = backoff
+        self.max_attempts = int(max_attempts)
+        self.lease_ms = int(lease_ms)
+        self.max_deliveries = int(max_deliveries)
+        self.shutdown_timeout_ms = int(shutdown_timeout_ms)
+        self.block_ms = max(1, min(int(block_ms), 1000))
+        self.consumer = consumer_name()
+        #: set once the consumer group exists and the worker is about to take jobs
+        self.ready = threading.Event()
+
+        self._closing = threading.Event()
+        self._sigterm = False  # set by the signal handler: no locks there
+        self._started = False
+        self._self_promote = True
+        self._lock = threading.Condition()  # guards _running and _leased
+        self._running = 0
+        self._leased: Dict[bytes, bytes] = {}  # entry id -> job id, for lease renewal
+        self._ack_cv = threading.Condition()  # guards _acks, _stopped, _ack_stop
+        self._acks: List[Tuple[bytes, Optional[bytes]]] = []  # (entry, job id or None: drop only)
+        self._stopped = False
+        self._ack_stop = False
+        self._lease_stop = threading.Event()
+
+    # -- public ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Asks ``run()`` to stop: nothing new is taken, running handlers get up to
+        ``shutdown_timeout_ms`` to finish. Safe from any thread, a handler included."""
+        self._closing.set()
+        if self._lock.acquire(blocking=False):
+            try:
+                self._lock.notify_all()
+            finally:
+                self._lock.release()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set() or self._sigterm
+
+    def run(self) -> None:
+        """Works until ``close()`` (or SIGTERM, when called on the main thread)."""
+        if self._started:
+            raise RuntimeError("a Worker runs once")
+        self._started = True
+        installed = False
+        old = None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+            installed = True
+        try:
+            self._run()
+        finally:
+            if installed:
+                signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self._sigterm = True
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.closing:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self._closing.wait(min(left, 0.1))
+
+    def _make_reader(self, block_ms: int):
+        pool = self.client.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        timeout = kwargs.get("socket_timeout")
+        if timeout is not None and timeout < block_ms / 1000 + 5:
+            kwargs["socket_timeout"] = block_ms / 1000 + 5
+        reader_pool = valkey.ConnectionPool(connection_class=pool.connection_class, max_connections=2, **kwargs)
+        return valkey.Valkey(connection_pool=reader_pool)
+
+    def _setup(self) -> None:
+        k = self.keys
+        try:
+            self.client.xgroup_create(k.pending, GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        # Checks the policy (an invalid one would lose failed jobs): XX writes nothing here.
+        self.client.execute_command("ECHO.RETRY", k.schedule, b"\x00echomq-policy-check", self.backoff, 1, "XX")
+        self._check_queues()
+
+    def _check_queues(self) -> None:
+        k = self.keys
+        pairs = self.client.execute_command("ECHO.QUEUES") or []
+        listed = any(len(p) == 2 and bytes(p[0]) == k.schedule and bytes(p[1]) == k.pending for p in pairs)
+        self._self_promote = not listed
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._setup()
+                break
+            except _TRANSIENT as exc:
+                if self.closing:
+                    return
+                log.warning("echomq: cannot reach the server (%s); retrying", exc)
+                self._sleep(1.0)
+                if self.closing:
+                    return
+        self.ready.set()
+        reader = self._make_reader(self.block_ms)
+        pool = _Pool(self.concurrency, "echomq-handler")
+        acker = threading.Thread(target=self._ack_loop, name="echomq-ack", daemon=True)
+        leaser = threading.Thread(target=self._lease_loop, name="echomq-lease", daemon=True)
+        acker.start()
+        leaser.start()
+        try:
+            self._loop(reader, pool)
+        finally:
+            deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
+            with self._lock:
+                while self._running > 0:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._lock.wait(min(left, 0.1))
+                abandoned = self._running
+            if abandoned:
+                log.warning("echomq: %d handler(s) still running at shutdown; left in the group", abandoned)
+            with self._ack_cv:
+                self._stopped = True
+                self._ack_stop = True
+                self._ack_cv.notify_all()
+            acker.join(timeout=30)
+            self._lease_stop.set()
+            leaser.join(timeout=5)
+            pool.shutdown()
+            reader.close()
+            reader.connection_pool.disconnect()
+
+    def _free(self) -> int:
+        with self._lock:
+            return self.concurrency - self._running
+
+    def _loop(self, reader, pool: _Pool) -> None:
+        next_queues = time.monotonic() + 10
+        takeover_every = self.lease_ms / 2000
+        next_takeover = 0.0
+        while not self.closing:
+            try:
+                now = time.monotonic()
+                if now >= next_queues:
+                    next_queues = now + 10
+                    self._check_queues()
+                with self._lock:
+                    free = self.concurrency - self._running
+                    if free <= 0:
+                        self._lock.wait(0.1)
+                        continue
+                if now >= next_takeover:
+                    next_takeover = now + takeover_every
+                    self._takeover(reader, pool, free)
+                    continue
+                self._take(reader, pool, free)
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    log.warning("echomq: the consumer group is gone; creating it again")
+                    try:
+                        self._setup()
+                    except Exception:  # noqa: BLE001
+                        log.exception("echomq: cannot create the group")
+                        self._sleep(1.0)
+                else:
+                    log.exception("echomq: server error")
+                    self._sleep(1.0)
+            except _TRANSIENT as exc:
+                log.warning("echomq: connection problem (%s); retrying", exc)
+                self._sleep(0.5)
+
+    def _take(self, reader, pool: _Pool, free: int) -> None:
+        k = self.keys
+        block = min(100 if self._self_promote else self.block_ms, max(1, self.lease_ms // 2))
+        pipe = reader.pipeline(transaction=False)
+        if self._self_promote:
+            pipe.execute_command("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", 1000)
+        pipe.xreadgroup(GROUP, self.consumer, {k.pending: ">"}, count=free, block=block)
+        pipe.execute_command("ECHO.LIMITS", k.schedule)
+        pipe.time()
+        replies = pipe.execute()
+        entries = _read_entries(replies[-3])
+        if not entries:
+            return
+        held_until = _held_until(replies[-2])
+        now_ms = server_ms(replies[-1])
+        if not self._wait_hold(reader, entries, held_until, now_ms):
+            return
+        fetch = reader.pipeline(transaction=False)
+        for _, jid in entries:
+            if jid is not None:
+                fetch.hget(k.jobs, jid)
+                fetch.hget(k.attempts, jid)
+        values = iter(fetch.execute())
+        rows = []
+        for eid, jid in entries:
+            if jid is None:
+                rows.append((eid, None, None, None))
+            else:
+                rows.append((eid, jid, next(values), next(values)))
+        self._launch(pool, rows)
+
+    def _wait_hold(self, reader, entries, held_until: int, now_ms: int) -> bool:
+        """Keeps entries taken while the queue is held, and returns True once the hold has ended
+        (by the server's clock), False when the worker closes first (they stay in the group)."""
+        if held_until <= now_ms:
+            return True
+        with self._lock:
+            for eid, jid in entries:
+                self._leased[eid] = jid or b""
+        try:
+            while held_until > now_ms:
+                self._sleep((held_until - now_ms) / 1000)
+                if self.closing:
+                    return False
+                pipe = reader.pipeline(transaction=False)
+                pipe.execute_command("ECHO.LIMITS", self.keys.schedule)
+                pipe.time()
+                limits, now = pipe.execute()
+                held_until, now_ms = _held_until(limits), server_ms(now)
+            return True
+        finally:
+            with self._lock:
+                for eid, _ in entries:
+                    self._leased.pop(eid, None)
+
+    def _launch(self, pool: _Pool, rows) -> None:
+        for eid, jid, payload, attempts in rows:
+            if jid is None or payload is None:
+                # The job was removed: acknowledge the entry, run nothing.
+                with self._ack_cv:
+                    self._acks.append((eid, None))
+                    self._ack_cv.notify()
+                continue
+            attempt = int(attempts or 0) + 1
+            with self._lock:
+                self._running += 1
+                self._leased[eid] = jid
+            pool.submit(self._execute, eid, jid, payload, attempt)
+
+    def _takeover(self, reader, pool: _Pool, free: int) -> None:
+        k = self.keys
+        reply = self.client.xautoclaim(k.pending, GROUP, self.consumer, self.lease_ms, "0-0", count=free)
+        claimed = [(eid, _fields_job(fields)) for eid, fields in (reply[1] or []) if eid is not None]
+        if not claimed:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for eid, jid in claimed:
+            pipe.xpending_range(k.pending, GROUP, eid, eid, 1)
+            pipe.hget(k.jobs, jid if jid is not None else b"")
+            pipe.hget(k.attempts, jid if jid is not None else b"")
+        pipe.execute_command("ECHO.LIMITS", k.schedule)
+        pipe.time()
+        values = pipe.execute()
+        rows = []
+        for i, (eid, jid) in enumerate(claimed):
+            pending, payload, attempts = values[3 * i : 3 * i + 3]
+            deliveries = int(pending[0]["times_delivered"]) if pending else 1
+            if jid is not None and payload is not None and deliveries > self.max_deliveries:
+                attempt = int(attempts or 0) + 1
+                message = "delivered %d times without an outcome" % deliveries
+                self._fail(eid, jid, attempt, RuntimeError(message))
+                continue
+            rows.append((eid, jid, payload, attempts))
+        if not rows:
+            return
+        entries = [(eid, jid) for eid, jid, _, _ in rows]
+        if self._wait_hold(reader, entries, _held_until(values[-2]), server_ms(values[-1])):
+            self._launch(pool, rows)
+
+    def _execute(self, eid: bytes, jid: bytes, payload: bytes, attempt: int) -> None:
+        outcome: Optional[BaseException] = None
+        try:
+            self.handler(Job(to_str(jid), payload, attempt))
+        except BaseException as exc:  # noqa: BLE001 - any raise fails the job
+            outcome = exc
+        try:
+            if outcome is None:
+                with self._ack_cv:
+                    if not self._stopped:
+                        self._acks.append((eid, jid))
+                        self._ack_cv.notify()
+            elif not self._stopped:
+                self._fail(eid, jid, attempt, outcome)
+        except Exception:  # noqa: BLE001
+            log.exception("echomq: cannot write the outcome of job %r; another worker will run it", jid)
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._leased.pop(eid, None)
+                self._lock.notify_all()
+
+    def _fail(self, eid: bytes, jid: bytes, attempt: int, exc: BaseException) -> None:
+        k = self.keys
+        pipe = self.client.pipeline(transaction=True)
+        if isinstance(exc, RetryAfter):
+            pipe.execute_command("ECHO.HOLD", k.schedule, min(exc.ms, MAX_HOLD_MS))
+        pipe.execute_command(
+            "ECHO.RETRY", k.schedule, jid, self.backoff, attempt, "MAXATTEMPTS", self.max_attempts, "DEAD", k.dead
+        )
+        pipe.hset(k.attempts, jid, attempt)
+        pipe.hset(k.errors, jid, error_text(exc))
+        pipe.xack(k.pending, GROUP, eid)
+        pipe.xdel(k.pending, eid)
+        pipe.execute()
+
+    def _ack_loop(self) -> None:
+        while True:
+            with self._ack_cv:
+                while not self._acks and not self._ack_stop:
+                    self._ack_cv.wait(0.5)
+                if not self._acks:
+                    return
+                batch, self._acks = self._acks, []
+            for attempt in range(3):
+                try:
+                    self._send_acks(batch)
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("echomq: acknowledgement failed (%s)", exc)
+                    time.sleep(0.2 * (attempt + 1))
+
+    def _send_acks(self, batch) -> None:
+        k = self.keys
+        entries = [eid for eid, _ in batch]
+        ids = [jid for _, jid in batch if jid is not None]
+        pipe = self.client.pipeline(transaction=True)
+        for i in range(0, len(entries), 1000):
+            chunk = entries[i : i + 1000]
+            pipe.xack(k.pending, GROUP, *chunk)
+            pipe.xdel(k.pending, *chunk)
+        for i in range(0, len(ids), 1000):
+            chunk = ids[i : i + 1000]
+            pipe.hdel(k.jobs, *chunk)
+            pipe.hdel(k.attempts, *chunk)
+            pipe.hdel(k.errors, *chunk)
+        pipe.execute()
+
+    def _lease_loop(self) -> None:
+        k = self.keys
+        interval = self.lease_ms / 3000
+        while not self._lease_stop.wait(interval):
+            with self._lock:
+                entries = list(self._leased)
+            for i in range(0, len(entries), 1000):
+                try:
+                    self.client.xclaim(k.pending, GROUP, self.consumer, 0, entries[i : i + 1000], justid=True)
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("echomq: lease renewal failed (%s)", exc)

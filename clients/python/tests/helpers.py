@@ -1,0 +1,43 @@
+"""Helpers shared by the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import echomq
+
+
+def server_ms(client) -> int:
+    sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+@contextlib.contextmanager
+def running(queue, handler, **options):
+    """Runs a Worker on a thread for the duration of the block, then closes it and joins."""
+    worker = echomq.Worker(queue, handler, **options)
+    errors = []
+
+    def target():
+        try:
+            worker.run()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    assert worker.ready.wait(30), "worker did not start"
+    try:
+        yield worker
+    finally:
+        worker.close()
+        thread.join(60)
+        assert not thread.is_alive(), "Worker.run did not return after close()"
+        if errors:
+            raise errors[0]
+
+
+def queue_keys(name: str):
+    tag = "{" + name + "}:"
+    return [tag + k for k in ("schedule", "pending", "dead", "jobs", "attempts", "errors")]
