@@ -490,3 +490,84 @@ fn three_languages_share_ten_thousand_jobs_each_done_once() {
     );
     assert_queue_empty(&mut con, queue);
 }
+
+/// A job that kills every worker that runs it (the crossworker's `--crash`
+/// SIGKILLs its own process) is taken over after each death until its
+/// delivery count passes `max_deliveries`; then the next worker fails it
+/// unrun and, at `max_attempts` 1, it is dead with the reason. In each
+/// language, restarting the worker as a supervisor would.
+#[test]
+fn a_job_that_kills_every_worker_ends_in_the_dead_set() {
+    if ready(
+        "a_job_that_kills_every_worker_ends_in_the_dead_set",
+        &[Python, Node, Rust],
+    )
+    .is_none()
+    {
+        return;
+    }
+    let server = Server::start();
+    let url = server.url();
+    let mut con = server.conn();
+    for lang in [Python, Node, Rust] {
+        let queue = format!("poison-{lang:?}").to_lowercase();
+        let dead_key = format!("{{{queue}}}:dead");
+        let started = format!("{{{queue}}}:started");
+        added_from(lang, &url, &queue, 1, "p-");
+        let mut starts = 0;
+        loop {
+            starts += 1;
+            assert!(
+                starts <= 6,
+                "{lang:?}: still not dead after {starts} worker starts"
+            );
+            let args = [
+                "--url",
+                &url,
+                "--queue",
+                &queue,
+                "--crash",
+                "--started",
+                &started,
+                "--lease-ms",
+                "300",
+                "--max-deliveries",
+                "2",
+                "--max-attempts",
+                "1",
+            ];
+            let mut worker = Worker::start(lang, &args);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let outcome = loop {
+                if let Some(status) = worker.child.try_wait().expect("wait") {
+                    break Err(status);
+                }
+                let dead: i64 = run(&mut con, cmd("ZCARD").arg(&dead_key));
+                if dead == 1 {
+                    break Ok(());
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{lang:?}: the worker neither died nor dead-lettered"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            match outcome {
+                Ok(()) => {
+                    worker.stop();
+                    break;
+                }
+                Err(status) => assert!(!status.success(), "{lang:?} worker exited {status}"),
+            }
+        }
+        // Two runs (deliveries 1 and 2), each fatal; the third delivery is not run.
+        let runs: i64 = run(&mut con, cmd("LLEN").arg(&started));
+        assert_eq!((runs, starts), (2, 3), "{lang:?}: runs and worker starts");
+        let records = dead_from(lang, &url, &queue);
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].id, "p-0");
+        assert_eq!(records[0].attempts, 1);
+        assert_eq!(records[0].error, "delivered 3 times without an outcome");
+        assert_eq!(records[0].payload_hex, hex(b"payload-0"));
+    }
+}
