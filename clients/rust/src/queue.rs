@@ -1,10 +1,14 @@
 //! The producer's and the operator's side of a queue: adding jobs, counting,
 //! reading and repairing the dead set.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Script, Value};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
+    Script, Value,
+};
 
 use crate::new_job_id;
 
@@ -93,7 +97,7 @@ pub struct DeadJob {
 #[derive(Clone)]
 pub struct Queue {
     pub(crate) client: Client,
-    pub(crate) conn: MultiplexedConnection,
+    pub(crate) conn: QueueConnection,
     pub(crate) name: String,
     pub(crate) keys: Keys,
 }
@@ -126,9 +130,104 @@ pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
     RedisError::from((ErrorKind::Client, desc, detail))
 }
 
-/// Opens a connection of its own (a worker's blocking reads use one) whose
-/// replies may take up to `response_timeout`.
-pub(crate) async fn connect(
+/// The queue's connection, for commands of your own
+/// (`redis::AsyncCommands` works on it): a multiplexed connection that
+/// replaces itself when it breaks (the server restarted, the network
+/// dropped). The command that met the broken connection fails; the next
+/// ones go to a new connection. Clones share one connection.
+#[derive(Clone)]
+pub struct QueueConnection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: Client,
+    response_timeout: Duration,
+    current: Mutex<MultiplexedConnection>,
+    /// When the last reconnection began: at most one a second.
+    last_reconnect: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl QueueConnection {
+    /// Opens a connection whose replies may take up to `response_timeout`.
+    pub(crate) async fn open(
+        client: &Client,
+        response_timeout: Duration,
+    ) -> RedisResult<QueueConnection> {
+        let conn = connect(client, response_timeout).await?;
+        Ok(QueueConnection::wrap(
+            client.clone(),
+            conn,
+            response_timeout,
+        ))
+    }
+
+    fn wrap(
+        client: Client,
+        conn: MultiplexedConnection,
+        response_timeout: Duration,
+    ) -> QueueConnection {
+        QueueConnection {
+            shared: Arc::new(Shared {
+                client,
+                response_timeout,
+                current: Mutex::new(conn),
+                last_reconnect: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    fn current(&self) -> MultiplexedConnection {
+        self.shared.current.lock().unwrap().clone()
+    }
+
+    async fn check<T>(&self, result: &RedisResult<T>) {
+        let Err(e) = result else { return };
+        if !(e.is_io_error() || e.is_connection_dropped()) {
+            return;
+        }
+        let mut last = self.shared.last_reconnect.lock().await;
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        *last = Some(Instant::now());
+        match connect(&self.shared.client, self.shared.response_timeout).await {
+            Ok(fresh) => *self.shared.current.lock().unwrap() = fresh,
+            Err(e) => eprintln!("echomq-client: reconnecting failed: {e}"),
+        }
+    }
+}
+
+impl ConnectionLike for QueueConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let mut conn = self.current();
+        Box::pin(async move {
+            let result = conn.req_packed_command(cmd).await;
+            self.check(&result).await;
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let mut conn = self.current();
+        Box::pin(async move {
+            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            self.check(&result).await;
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.current().get_db()
+    }
+}
+
+async fn connect(
     client: &Client,
     response_timeout: Duration,
 ) -> RedisResult<MultiplexedConnection> {
@@ -146,16 +245,22 @@ impl Queue {
     /// Commands share one multiplexed connection; each worker opens one
     /// more for its blocking reads.
     pub async fn new(client: Client, name: impl Into<String>) -> RedisResult<Queue> {
-        let conn = connect(&client, RESPONSE_TIMEOUT).await?;
-        Ok(Queue::with_connection(client, conn, name))
+        let conn = QueueConnection::open(&client, RESPONSE_TIMEOUT).await?;
+        Ok(Queue::from_conn(client, conn, name))
     }
 
-    /// As [`Queue::new`] with a connection the caller opened (from `client`).
+    /// As [`Queue::new`] with a connection the caller opened (from
+    /// `client`, which also serves to reconnect and for workers' reads).
     pub fn with_connection(
         client: Client,
         conn: MultiplexedConnection,
         name: impl Into<String>,
     ) -> Queue {
+        let conn = QueueConnection::wrap(client.clone(), conn, RESPONSE_TIMEOUT);
+        Queue::from_conn(client, conn, name)
+    }
+
+    fn from_conn(client: Client, conn: QueueConnection, name: impl Into<String>) -> Queue {
         let name = name.into();
         Queue {
             keys: Keys::new(&name),
@@ -170,8 +275,8 @@ impl Queue {
         &self.name
     }
 
-    /// A clone of the queue's shared connection, for commands of your own.
-    pub fn connection(&self) -> MultiplexedConnection {
+    /// The queue's shared connection, for commands of your own.
+    pub fn connection(&self) -> QueueConnection {
         self.conn.clone()
     }
 
@@ -441,7 +546,7 @@ fn check_id(id: &str) -> RedisResult<()> {
 }
 
 /// The server's clock, Unix ms.
-pub(crate) async fn server_time_ms(conn: &mut MultiplexedConnection) -> RedisResult<i64> {
+pub(crate) async fn server_time_ms(conn: &mut QueueConnection) -> RedisResult<i64> {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
     Ok(secs * 1000 + micros / 1000)
 }

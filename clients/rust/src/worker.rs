@@ -9,11 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{RedisResult, Value};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::queue::{connect, Queue, GROUP, RESPONSE_TIMEOUT};
+use crate::queue::{Queue, QueueConnection, GROUP, RESPONSE_TIMEOUT};
 
 /// One run of a job, as the handler gets it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,7 +227,8 @@ impl Worker {
             .query_async(&mut conn)
             .await?;
         inner.refresh_queues(&mut conn).await?;
-        let read_conn = connect(
+        // The blocking reads' own connection.
+        let read_conn = QueueConnection::open(
             &inner.queue.client,
             Duration::from_millis(1000) + RESPONSE_TIMEOUT,
         )
@@ -286,7 +286,7 @@ impl Inner {
         let _ = rx.wait_for(|closed| *closed).await;
     }
 
-    async fn refresh_queues(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+    async fn refresh_queues(&self, conn: &mut QueueConnection) -> RedisResult<()> {
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("ECHO.QUEUES").query_async(conn).await?;
         let keys = &self.queue.keys;
         let listed = pairs.iter().any(|(schedule, pending)| {
@@ -307,7 +307,7 @@ impl Inner {
     }
 
     /// Step 2: take new entries whenever slots are free; step 7 on the way.
-    async fn read_loop(self: Arc<Self>, mut conn: MultiplexedConnection) {
+    async fn read_loop(self: Arc<Self>, mut conn: QueueConnection) {
         let takeover_every = Duration::from_millis((self.options.lease_ms / 2).max(1));
         let mut next_takeover = tokio::time::Instant::now();
         while !self.closing() {
@@ -344,15 +344,10 @@ impl Inner {
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                         _ = self.closed() => break,
                     }
-                    if e.code() == Some("NOGROUP") {
-                        let _ = self.queue.ensure_group().await;
-                    }
-                    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
-                        match connect(&self.queue.client, RESPONSE_TIMEOUT * 2).await {
-                            Ok(fresh) => conn = fresh,
-                            Err(e) => log(&format!("reconnecting failed: {e}")),
-                        }
-                    }
+                    // The stream may have been deleted (NOGROUP, which a
+                    // pipeline reports wrapped): make it and the group again.
+                    // A broken connection replaces itself.
+                    let _ = self.queue.ensure_group().await;
                     continue;
                 }
             };
@@ -378,7 +373,7 @@ impl Inner {
     /// Returns the entries, the hold's end and the server's time (ms).
     async fn read(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut QueueConnection,
         count: usize,
     ) -> RedisResult<(Vec<Entry>, i64, i64)> {
         let keys = &self.queue.keys;
@@ -429,7 +424,7 @@ impl Inner {
     /// server's clock). False when `close` came first.
     async fn wait_for_release(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut QueueConnection,
         mut held_until: i64,
         mut now: i64,
     ) -> bool {
@@ -508,7 +503,7 @@ impl Inner {
     /// per job; `permit` holds one slot per entry.
     async fn start(
         self: &Arc<Self>,
-        conn: &mut MultiplexedConnection,
+        conn: &mut QueueConnection,
         entries: Vec<Entry>,
         mut permit: OwnedSemaphorePermit,
     ) {
@@ -732,7 +727,7 @@ impl Inner {
     /// slots; those taken move out of `slots`.
     async fn take_over(
         self: &Arc<Self>,
-        conn: &mut MultiplexedConnection,
+        conn: &mut QueueConnection,
         slots: &mut OwnedSemaphorePermit,
     ) -> RedisResult<()> {
         let free = slots.num_permits();

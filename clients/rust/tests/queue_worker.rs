@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use common::{eventually, queue_name, Server};
 use echomq_client::{
-    AddOptions, Counts, Job, JobError, Queue, Worker, WorkerHandle, WorkerOptions,
+    AddOptions, Counts, Job, JobError, Queue, QueueConnection, Worker, WorkerHandle, WorkerOptions,
 };
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::task::JoinHandle;
 
@@ -29,11 +28,11 @@ struct Run {
 
 type Runs = Arc<Mutex<Vec<Run>>>;
 
-async fn xlen(conn: &mut MultiplexedConnection, key: String) -> u64 {
+async fn xlen(conn: &mut QueueConnection, key: String) -> u64 {
     redis::cmd("XLEN").arg(key).query_async(conn).await.unwrap()
 }
 
-async fn server_ms(conn: &mut MultiplexedConnection) -> i64 {
+async fn server_ms(conn: &mut QueueConnection) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
     secs * 1000 + micros / 1000
 }
@@ -55,7 +54,7 @@ async fn stop(handle: WorkerHandle, task: JoinHandle<redis::RedisResult<()>>) {
 
 /// A handler that records each run, then answers with `outcome(run)`.
 fn recording<F>(
-    conn: MultiplexedConnection,
+    conn: QueueConnection,
     runs: Runs,
     outcome: F,
 ) -> impl Fn(Job) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), JobError>> + Send>>
@@ -95,7 +94,7 @@ async fn counts_are(queue: &Queue, want: Counts) -> bool {
 }
 
 /// No trace of `id` in the queue's three hashes.
-async fn no_traces(conn: &mut MultiplexedConnection, name: &str, id: &str) {
+async fn no_traces(conn: &mut QueueConnection, name: &str, id: &str) {
     for hash in ["jobs", "attempts", "errors"] {
         let exists: bool = conn
             .hexists(format!("{{{name}}}:{hash}"), id)
@@ -543,4 +542,46 @@ async fn retry_after_holds_every_worker() {
             run.started_ms
         );
     }
+}
+
+// A server restart: the queue's and the worker's connections replace
+// themselves, the worker makes its group again and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_survives_a_server_restart() {
+    let mut server = Server::start();
+    let queue = Queue::new(server.client(), queue_name("restart"))
+        .await
+        .unwrap();
+    let runs: Runs = Default::default();
+    let worker = Worker::new(
+        queue.clone(),
+        recording(queue.connection(), runs.clone(), |_| Ok(())),
+        options(2, "fixed:100", 3),
+    );
+    let (handle, task) = spawn(worker);
+    queue.add(b"before", AddOptions::default()).await.unwrap();
+    eventually("the first job ran", LONG, || async {
+        runs.lock().unwrap().len() == 1
+    })
+    .await;
+    tokio::task::block_in_place(|| server.restart());
+    // The first commands after the restart may meet the broken connection.
+    eventually("the queue answers again", LONG, || async {
+        queue
+            .add(
+                b"after",
+                AddOptions {
+                    id: Some("after".into()),
+                    delay_ms: 0,
+                },
+            )
+            .await
+            .is_ok()
+    })
+    .await;
+    eventually("the second job ran", LONG, || async {
+        runs.lock().unwrap().iter().any(|r| r.id == "after")
+    })
+    .await;
+    stop(handle, task).await;
 }

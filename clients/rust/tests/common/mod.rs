@@ -53,6 +53,44 @@ pub struct Server {
     pub port: u16,
     child: Child,
     dir: PathBuf,
+    extra: Vec<String>,
+}
+
+/// Starts the server on `port`; its log when it does not answer PING.
+fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Result<Child, String> {
+    let log = dir.join(format!("server-{port}.log"));
+    let mut child = Command::new(server_binary())
+        .arg("--port")
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(&log)
+        .arg("--loadmodule")
+        .arg(module_path())
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            break; // exited: the port was taken, or a bad argument
+        }
+        if ping(port) {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    Err(std::fs::read_to_string(&log).unwrap_or_default())
 }
 
 impl Server {
@@ -62,7 +100,6 @@ impl Server {
 
     /// With extra `--name value` arguments, e.g. `["--echomq.auto-promote", "..."]`.
     pub fn start_with(extra: &[&str]) -> Server {
-        let module = module_path();
         let dir = std::env::temp_dir().join(format!(
             "echomq-client-rs-{}-{}",
             std::process::id(),
@@ -72,41 +109,54 @@ impl Server {
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_port();
-            let log = dir.join(format!("server-{port}.log"));
-            let mut child = Command::new(server_binary())
-                .arg("--port")
-                .arg(port.to_string())
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&dir)
-                .arg("--logfile")
-                .arg(&log)
-                .arg("--loadmodule")
-                .arg(&module)
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // exited: the port was taken, or a bad argument
+            match spawn(port, &dir, extra) {
+                Ok(child) => {
+                    return Server {
+                        port,
+                        child,
+                        dir,
+                        extra: extra.iter().map(|a| a.to_string()).collect(),
+                    }
                 }
-                if ping(port) {
-                    return Server { port, child, dir };
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                sleep(Duration::from_millis(20));
+                Err(log) => last_log = log,
             }
-            last_log = std::fs::read_to_string(&log).unwrap_or_default();
         }
         panic!("the server did not start; its last log:\n{last_log}");
+    }
+
+    /// Stops the server and starts a new one (empty) on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let mut last_log = String::new();
+        for _ in 0..50 {
+            match spawn(self.port, &self.dir, &extra) {
+                Ok(child) => {
+                    self.child = child;
+                    return;
+                }
+                Err(log) => last_log = log,
+            }
+            sleep(Duration::from_millis(100));
+        }
+        panic!("the server did not start again; its last log:\n{last_log}");
+    }
+
+    /// SIGTERM by pid, then wait; SIGKILL only if it will not stop.
+    fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn url(&self) -> String {
@@ -135,21 +185,7 @@ fn ping(port: u16) -> bool {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // SIGTERM by pid, then wait; SIGKILL only if it will not stop.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                let _ = std::fs::remove_dir_all(&self.dir);
-                return;
-            }
-            sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
