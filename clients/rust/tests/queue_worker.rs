@@ -585,3 +585,59 @@ async fn a_worker_survives_a_server_restart() {
     .await;
     stop(handle, task).await;
 }
+
+// With the queue listed in echomq.auto-promote the server releases due jobs
+// itself (the worker sees it in ECHO.QUEUES and stops promoting): the delay
+// still holds by the server's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_with_promotion_inside_the_server() {
+    let name = queue_name("auto");
+    let pair = format!("{{{name}}}:schedule {{{name}}}:pending");
+    let server = Server::start_with(&["--echomq.auto-promote", &pair]);
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let listed: Vec<(String, String)> = redis::cmd("ECHO.QUEUES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed,
+        [(
+            format!("{{{name}}}:schedule"),
+            format!("{{{name}}}:pending")
+        )]
+    );
+    let runs: Runs = Default::default();
+    let worker = Worker::new(
+        queue.clone(),
+        recording(queue.connection(), runs.clone(), |_| Ok(())),
+        options(2, "fixed:100", 3),
+    );
+    let (handle, task) = spawn(worker);
+    let before = server_ms(&mut conn).await;
+    let ids = queue
+        .add_many_with((0..3).map(|i| {
+            (
+                format!("later-{i}"),
+                AddOptions {
+                    id: None,
+                    delay_ms: 500,
+                },
+            )
+        }))
+        .await
+        .unwrap();
+    eventually("the delayed jobs ran", LONG, || async {
+        runs.lock().unwrap().len() == 3
+    })
+    .await;
+    eventually("all done", LONG, || counts_are(&queue, Counts::default())).await;
+    stop(handle, task).await;
+    for run in runs.lock().unwrap().iter() {
+        assert!(ids.contains(&run.id));
+        assert!(
+            run.started_ms >= before + 500,
+            "{run:?} started before {before} + 500 ms"
+        );
+    }
+}
