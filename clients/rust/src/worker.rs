@@ -214,16 +214,12 @@ impl Worker {
         let Worker { inner, acks } = self;
         let mut conn = inner.queue.conn.clone();
         inner.queue.ensure_group().await?;
-        // The policy is checked once here (XX on an id that is never a job
-        // writes nothing), not in each failure's transaction, where an error
-        // would let the rest of the transaction drop the job.
-        let keys = &inner.queue.keys;
-        let _: i64 = redis::cmd("ECHO.RETRY")
-            .arg(&keys.schedule)
-            .arg("")
+        // The policy is checked once here (ECHO.DELAY writes nothing), not
+        // in each failure's transaction, where an error would let the rest
+        // of the transaction drop the job.
+        let _: i64 = redis::cmd("ECHO.DELAY")
             .arg(&inner.options.backoff)
             .arg(1)
-            .arg("XX")
             .query_async(&mut conn)
             .await?;
         inner.refresh_queues(&mut conn).await?;

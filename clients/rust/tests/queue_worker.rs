@@ -641,3 +641,23 @@ async fn delay_with_promotion_inside_the_server() {
         );
     }
 }
+
+// A bad backoff policy stops run() at the start with the server's error,
+// before any job is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_policy_fails_at_start() {
+    let server = Server::start();
+    let queue = Queue::new(server.client(), queue_name("policy"))
+        .await
+        .unwrap();
+    queue.add(b"x", AddOptions::default()).await.unwrap();
+    let worker = Worker::new(
+        queue.clone(),
+        |_job: Job| async { Ok(()) },
+        options(1, "sometimes:5", 3),
+    );
+    let error = worker.run().await.expect_err("a bad policy is refused");
+    assert!(error.to_string().contains("policy"), "{error}");
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.in_flight), (1, 0), "{counts:?}");
+}
