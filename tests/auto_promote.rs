@@ -319,7 +319,10 @@ fn nothing_moves_while_writes_are_paused_and_all_moves_after() {
         q!(&mut con, "ZCARD", SCHEDULE),
         q!(&mut con, "LLEN", PENDING),
     );
-    assert!(at_pause.0 > 0, "every job moved before the pause: nothing to check");
+    assert!(
+        at_pause.0 > 0,
+        "every job moved before the pause: nothing to check"
+    );
     sleep(Duration::from_millis(900));
     let card: i64 = q!(&mut con, "ZCARD", SCHEDULE);
     let len: i64 = q!(&mut con, "LLEN", PENDING);

@@ -41,9 +41,8 @@ fn python() -> Result<PathBuf, String> {
     static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PYTHON
         .get_or_init(|| {
-            let system = PathBuf::from(
-                std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "python3".into()),
-            );
+            let system =
+                PathBuf::from(std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "python3".into()));
             let imports = |python: &Path| {
                 Command::new(python)
                     .args(["-c", "import echomq"])
@@ -260,7 +259,17 @@ fn added_from(lang: Lang, url: &str, queue: &str, count: usize, prefix: &str) ->
     let count = count.to_string();
     let out = run_to_end(
         lang,
-        &["add", "--url", url, "--queue", queue, "--count", &count, "--id-prefix", prefix],
+        &[
+            "add",
+            "--url",
+            url,
+            "--queue",
+            queue,
+            "--count",
+            &count,
+            "--id-prefix",
+            prefix,
+        ],
     );
     out.lines().map(str::to_string).collect()
 }
@@ -278,16 +287,30 @@ fn a_job_added_in_one_language_runs_in_another() {
     for (producer, consumer) in [(Python, Node), (Node, Rust), (Rust, Python)] {
         let queue = format!("x-{producer:?}-{consumer:?}").to_lowercase();
         let done = format!("{{{queue}}}:done");
-        let worker = Worker::start(consumer, &["--url", &url, "--queue", &queue, "--done", &done]);
+        let worker = Worker::start(
+            consumer,
+            &["--url", &url, "--queue", &queue, "--done", &done],
+        );
         let prefix = format!("{producer:?}-").to_lowercase();
         let ids = added_from(producer, &url, &queue, 20, &prefix);
         let want: BTreeSet<String> = (0..20).map(|i| format!("{prefix}{i}")).collect();
-        assert_eq!(ids.iter().cloned().collect::<BTreeSet<_>>(), want, "ids printed by add");
+        assert_eq!(
+            ids.iter().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "ids printed by add"
+        );
         wait_done(&mut con, &done, 20, Duration::from_secs(30));
         worker.stop();
         let counts = done_counts(&mut con, &done);
-        assert_eq!(counts.keys().cloned().collect::<BTreeSet<_>>(), want, "{producer:?} → {consumer:?}");
-        assert!(counts.values().all(|&n| n == 1), "a job ran twice: {counts:?}");
+        assert_eq!(
+            counts.keys().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "{producer:?} → {consumer:?}"
+        );
+        assert!(
+            counts.values().all(|&n| n == 1),
+            "a job ran twice: {counts:?}"
+        );
         assert_queue_empty(&mut con, &queue);
     }
 }
@@ -327,7 +350,12 @@ fn hex(bytes: &[u8]) -> String {
 /// in the dead set from all three languages.
 #[test]
 fn the_dead_set_one_language_writes_the_others_read() {
-    if ready("the_dead_set_one_language_writes_the_others_read", &[Python, Node, Rust]).is_none() {
+    if ready(
+        "the_dead_set_one_language_writes_the_others_read",
+        &[Python, Node, Rust],
+    )
+    .is_none()
+    {
         return;
     }
     let server = Server::start();
@@ -337,7 +365,18 @@ fn the_dead_set_one_language_writes_the_others_read() {
     added_from(Rust, &url, queue, 5, "rs-");
     let worker = Worker::start(
         Python,
-        &["--url", &url, "--queue", queue, "--fail", "boom from python", "--max-attempts", "2", "--backoff", "fixed:0"],
+        &[
+            "--url",
+            &url,
+            "--queue",
+            queue,
+            "--fail",
+            "boom from python",
+            "--max-attempts",
+            "2",
+            "--backoff",
+            "fixed:0",
+        ],
     );
     // Retries at fixed:0 are due at once: the worker promotes them itself
     // (the pair is not in echomq.auto-promote).
@@ -349,7 +388,15 @@ fn the_dead_set_one_language_writes_the_others_read() {
     let from_python = dead_from(Python, &url, queue);
     assert_eq!(from_python.len(), 5, "{from_python:?}");
     let ids: BTreeSet<&str> = from_python.iter().map(|d| d.id.as_str()).collect();
-    assert_eq!(ids, (0..5).map(|i| format!("rs-{i}")).collect::<BTreeSet<_>>().iter().map(String::as_str).collect());
+    assert_eq!(
+        ids,
+        (0..5)
+            .map(|i| format!("rs-{i}"))
+            .collect::<BTreeSet<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect()
+    );
     for record in &from_python {
         assert_eq!(record.attempts, 2, "{record:?}");
         assert_eq!(record.error, "boom from python");
@@ -357,18 +404,33 @@ fn the_dead_set_one_language_writes_the_others_read() {
     }
     let mut payloads: Vec<String> = from_python.iter().map(|d| d.payload_hex.clone()).collect();
     payloads.sort();
-    let mut want: Vec<String> = (0..5).map(|i| hex(format!("payload-{i}").as_bytes())).collect();
+    let mut want: Vec<String> = (0..5)
+        .map(|i| hex(format!("payload-{i}").as_bytes()))
+        .collect();
     want.sort();
     assert_eq!(payloads, want);
-    assert_eq!(dead_from(Node, &url, queue), from_python, "Node reads another dead set");
-    assert_eq!(dead_from(Rust, &url, queue), from_python, "Rust reads another dead set");
+    assert_eq!(
+        dead_from(Node, &url, queue),
+        from_python,
+        "Node reads another dead set"
+    );
+    assert_eq!(
+        dead_from(Rust, &url, queue),
+        from_python,
+        "Rust reads another dead set"
+    );
 }
 
 /// 10,000 jobs, one worker per language at once: every job done exactly once,
 /// every worker did some, nothing left behind.
 #[test]
 fn three_languages_share_ten_thousand_jobs_each_done_once() {
-    if ready("three_languages_share_ten_thousand_jobs_each_done_once", &[Python, Node, Rust]).is_none() {
+    if ready(
+        "three_languages_share_ten_thousand_jobs_each_done_once",
+        &[Python, Node, Rust],
+    )
+    .is_none()
+    {
         return;
     }
     let server = Server::start();
@@ -379,7 +441,19 @@ fn three_languages_share_ten_thousand_jobs_each_done_once() {
         .into_iter()
         .map(|lang| {
             let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
-            let w = Worker::start(lang, &["--url", &url, "--queue", queue, "--done", &done, "--concurrency", "20"]);
+            let w = Worker::start(
+                lang,
+                &[
+                    "--url",
+                    &url,
+                    "--queue",
+                    queue,
+                    "--done",
+                    &done,
+                    "--concurrency",
+                    "20",
+                ],
+            );
             (lang, done, w)
         })
         .collect();
@@ -393,7 +467,9 @@ fn three_languages_share_ten_thousand_jobs_each_done_once() {
             let n: usize = run(&mut con, cmd("HLEN").arg(done));
             total += n;
         }
-        (total >= 10_000).then_some(()).ok_or(format!("{total} done"))
+        (total >= 10_000)
+            .then_some(())
+            .ok_or(format!("{total} done"))
     });
     let mut seen: BTreeMap<String, Vec<Lang>> = BTreeMap::new();
     for (lang, done, worker) in workers {
@@ -413,4 +489,85 @@ fn three_languages_share_ten_thousand_jobs_each_done_once() {
         "the jobs done are the jobs added"
     );
     assert_queue_empty(&mut con, queue);
+}
+
+/// A job that kills every worker that runs it (the crossworker's `--crash`
+/// SIGKILLs its own process) is taken over after each death until its
+/// delivery count passes `max_deliveries`; then the next worker fails it
+/// unrun and, at `max_attempts` 1, it is dead with the reason. In each
+/// language, restarting the worker as a supervisor would.
+#[test]
+fn a_job_that_kills_every_worker_ends_in_the_dead_set() {
+    if ready(
+        "a_job_that_kills_every_worker_ends_in_the_dead_set",
+        &[Python, Node, Rust],
+    )
+    .is_none()
+    {
+        return;
+    }
+    let server = Server::start();
+    let url = server.url();
+    let mut con = server.conn();
+    for lang in [Python, Node, Rust] {
+        let queue = format!("poison-{lang:?}").to_lowercase();
+        let dead_key = format!("{{{queue}}}:dead");
+        let started = format!("{{{queue}}}:started");
+        added_from(lang, &url, &queue, 1, "p-");
+        let mut starts = 0;
+        loop {
+            starts += 1;
+            assert!(
+                starts <= 6,
+                "{lang:?}: still not dead after {starts} worker starts"
+            );
+            let args = [
+                "--url",
+                &url,
+                "--queue",
+                &queue,
+                "--crash",
+                "--started",
+                &started,
+                "--lease-ms",
+                "300",
+                "--max-deliveries",
+                "2",
+                "--max-attempts",
+                "1",
+            ];
+            let mut worker = Worker::start(lang, &args);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let outcome = loop {
+                if let Some(status) = worker.child.try_wait().expect("wait") {
+                    break Err(status);
+                }
+                let dead: i64 = run(&mut con, cmd("ZCARD").arg(&dead_key));
+                if dead == 1 {
+                    break Ok(());
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{lang:?}: the worker neither died nor dead-lettered"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            match outcome {
+                Ok(()) => {
+                    worker.stop();
+                    break;
+                }
+                Err(status) => assert!(!status.success(), "{lang:?} worker exited {status}"),
+            }
+        }
+        // Two runs (deliveries 1 and 2), each fatal; the third delivery is not run.
+        let runs: i64 = run(&mut con, cmd("LLEN").arg(&started));
+        assert_eq!((runs, starts), (2, 3), "{lang:?}: runs and worker starts");
+        let records = dead_from(lang, &url, &queue);
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].id, "p-0");
+        assert_eq!(records[0].attempts, 1);
+        assert_eq!(records[0].error, "delivered 3 times without an outcome");
+        assert_eq!(records[0].payload_hex, hex(b"payload-0"));
+    }
 }

@@ -1,6 +1,6 @@
 // Type declarations for echomq (hand-written; the package is plain JavaScript).
 import type { EventEmitter } from "node:events";
-import type Redis from "iovalkey";
+import type { Redis } from "iovalkey";
 
 /** A job's payload as given to add(): bytes, or a string (stored as UTF-8). */
 export type Payload = Buffer | Uint8Array | string;

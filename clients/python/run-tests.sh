@@ -25,7 +25,10 @@ command -v "$py" >/dev/null 2>&1 || unavailable "$py not found (set ECHOMQ_PYTHO
 "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)' \
   || unavailable "$py is older than 3.9"
 
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pip' >/dev/null 2>&1; then
+version='import sys; print("%d.%d" % sys.version_info[:2])'
+# Reuse the environment unless it is broken or made by another Python version.
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pip' >/dev/null 2>&1 \
+   || [ "$("$venv/bin/python" -c "$version")" != "$("$py" -c "$version")" ]; then
   rm -rf "$venv"
   mkdir -p "$repo/target"
   if ! err=$("$py" -m venv "$venv" 2>&1); then

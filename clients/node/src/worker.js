@@ -90,7 +90,7 @@ export class Worker extends EventEmitter {
   #waiters = new Set(); // the read loop's, a hold's or the drain's wait
   #timers = [];
   #selfPromote = true;
-  #takingOver = false;
+  #nextTakeOver = 0; // Date.now() of the next takeover; the first is at once
 
   #busy = 0; // slots taken: entries read (or reserved for a read) whose outcome is not settled
   #inHand = new Map(); // entry id -> job id, for the lease
@@ -144,9 +144,7 @@ export class Worker extends EventEmitter {
       if (!this.#closing) {
         this.emit("ready");
         this.#every(Math.max(1, Math.floor(this.leaseMs / 3)), () => this.#refreshLeases());
-        this.#every(Math.max(1, Math.floor(this.leaseMs / 2)), () => this.#takeOver());
         this.#every(QUEUES_CHECK_MS, () => this.#checkQueues());
-        this.#takeOver(); // at once: what a dead worker left
         await this.#readLoop();
       }
       await this.#drain();
@@ -230,10 +228,21 @@ export class Worker extends EventEmitter {
 
   async #readLoop() {
     const k = this.#keys;
+    this.#nextTakeOver = 0;
     while (!this.#closing) {
       const free = this.concurrency - this.#busy;
       if (free <= 0) {
         await this.#waitWake();
+        continue;
+      }
+      if (Date.now() >= this.#nextTakeOver) {
+        // Step 7, between reads on this connection (a takeover must not wait for a
+        // blocked read, nor overfill the slots beside it).
+        this.#nextTakeOver = Date.now() + this.leaseMs / 2;
+        if (this.#readerId === null) {
+          await this.#reader.client("ID").then((id) => { this.#readerId = id; }, (e) => this.#report(e));
+        }
+        await this.#takeOver(this.#reader);
         continue;
       }
       this.#busy += free; // reserved: a takeover meanwhile does not overfill the slots
@@ -244,7 +253,9 @@ export class Worker extends EventEmitter {
       try {
         if (this.#readerId === null) this.#readerId = await reader.client("ID");
         const selfPromote = this.#selfPromote;
-        const block = selfPromote ? BLOCK_SELF_PROMOTING_MS : BLOCK_SERVER_PROMOTING_MS;
+        // Back in time for the next takeover.
+        const block = Math.max(1, Math.min(selfPromote ? BLOCK_SELF_PROMOTING_MS : BLOCK_SERVER_PROMOTING_MS,
+          Math.ceil(this.#nextTakeOver - Date.now())));
         const promote = selfPromote
           ? reader.call("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", PROMOTE_LIMIT)
           : null;
@@ -278,16 +289,13 @@ export class Worker extends EventEmitter {
   }
 
   // Step 7: the entries of a dead or stuck worker, when slots are free.
-  async #takeOver() {
-    if (this.#closing || this.#takingOver || !this.#running) return;
+  async #takeOver(conn) {
     const free = this.concurrency - this.#busy;
-    if (free <= 0) return;
-    this.#takingOver = true;
+    if (free <= 0 || this.#closing) return;
     this.#busy += free;
     let reserved = free; // slots this takeover holds that #begin does not account for yet
     const entries = [];
     const k = this.#keys;
-    const conn = this.#conn;
     try {
       const claim = conn.xautoclaim(k.pending, GROUP, this.consumer, this.leaseMs, "0-0", "COUNT", free);
       const limits = conn.call("ECHO.LIMITS", k.schedule);
@@ -312,9 +320,8 @@ export class Worker extends EventEmitter {
     } catch (e) {
       this.#busy -= reserved;
       this.#wakeUp();
-      if (!String(e.message).startsWith("NOGROUP")) this.#report(e);
-    } finally {
-      this.#takingOver = false;
+      if (String(e.message).startsWith("NOGROUP")) await this.#createGroup().catch((e2) => this.#report(e2));
+      else this.#report(e);
     }
   }
 

@@ -115,7 +115,12 @@ async function main() {
   }
 }
 
-main().catch((e) => {
-  console.error(`crossworker: ${e.message}`);
-  process.exitCode = 1;
-});
+// Exits explicitly: a handler that outlived the shutdown timeout may still hold a timer,
+// and its job is left to another worker.
+main().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(`crossworker: ${e.message}`);
+    process.exit(1);
+  },
+);

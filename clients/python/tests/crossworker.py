@@ -3,7 +3,7 @@
 
   crossworker.py work --url URL --queue NAME [--done KEY] [--fail MSG] [--sleep-ms MS]
                       [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
-                      [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY]
+                      [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
   crossworker.py add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
   crossworker.py dead --url URL --queue NAME
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -28,6 +30,9 @@ def work(args) -> int:
     def handler(job: echomq.Job) -> None:
         if args.started:
             client.rpush(args.started, job.id)
+        if args.crash:
+            # a job that kills whatever runs it: the worker dies as under SIGKILL
+            os.kill(os.getpid(), signal.SIGKILL)
         if args.sleep_ms:
             time.sleep(args.sleep_ms / 1000)
         if args.fail is not None:
@@ -113,6 +118,7 @@ def main(argv=None) -> int:
     w.add_argument("--max-deliveries", type=int, default=3)
     w.add_argument("--shutdown-timeout-ms", type=int, default=10000)
     w.add_argument("--started")
+    w.add_argument("--crash", action="store_true")
     a = sub.add_parser("add")
     common(a)
     a.add_argument("--count", type=int, required=True)

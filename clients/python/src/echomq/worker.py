@@ -235,8 +235,9 @@ class Worker:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
-        # Checks the policy (an invalid one would lose failed jobs): XX writes nothing here.
-        self.client.execute_command("ECHO.RETRY", k.schedule, b"\x00echomq-policy-check", self.backoff, 1, "XX")
+        # An invalid policy would make every failure's MULTI lose its job: ECHO.DELAY
+        # validates it as ECHO.RETRY does, and writes and counts nothing.
+        self.client.execute_command("ECHO.DELAY", self.backoff, 1)
         self._check_queues()
 
     def _check_queues(self) -> None:
