@@ -1,0 +1,552 @@
+//! The producer's and the operator's side of a queue: adding jobs, counting,
+//! reading and repairing the dead set.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
+    Script, Value,
+};
+
+use crate::new_job_id;
+
+/// The consumer group every worker of every language joins.
+pub(crate) const GROUP: &str = "workers";
+
+/// How long a command on the shared connection may wait for its reply. The
+/// redis crate's default (500 ms) is short for a 1,000-job transaction of
+/// large payloads on a busy server.
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Jobs per transaction in [`Queue::add_many`].
+const BATCH: usize = 1000;
+
+const ADD_SCRIPT: &str = r"
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
+else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+return 1
+";
+
+const REQUEUE_SCRIPT: &str = r"
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
+return 1
+";
+
+const PURGE_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local upto = string.format('%.0f', now - tonumber(ARGV[1]))
+local n = 0
+while true do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, 1000)
+  if #ids == 0 then break end
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('HDEL', KEYS[2], unpack(ids))
+  redis.call('HDEL', KEYS[3], unpack(ids))
+  redis.call('HDEL', KEYS[4], unpack(ids))
+  n = n + #ids
+end
+return n
+";
+
+/// How [`Queue::add`] adds a job.
+#[derive(Clone, Debug, Default)]
+pub struct AddOptions {
+    /// The job's id. Given, `add` is idempotent while a job with this id
+    /// exists; `None` makes a time-ordered unique one.
+    pub id: Option<String>,
+    /// Run no earlier than this many ms after the add, by the server's clock.
+    pub delay_ms: u64,
+}
+
+/// How many jobs are where (see [`Queue::counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Waiting for their time (a delayed first run, a retry).
+    pub scheduled: u64,
+    /// In the schedule and due, not yet released (held, or not promoted yet).
+    pub due: u64,
+    /// In the stream, not yet delivered to a worker.
+    pub pending: u64,
+    /// Delivered to a worker, not yet acknowledged.
+    pub in_flight: u64,
+    /// Failed for the last time.
+    pub dead: u64,
+}
+
+/// A job in the dead set (see [`Queue::dead`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadJob {
+    pub id: String,
+    /// The time of death, Unix ms, by the server's clock.
+    pub died_at_ms: i64,
+    /// How many times it failed.
+    pub attempts: u64,
+    /// The message of its last failure.
+    pub error: String,
+    pub payload: Vec<u8>,
+}
+
+/// A queue: six keys under the hash tag `{name}`.
+#[derive(Clone)]
+pub struct Queue {
+    pub(crate) client: Client,
+    pub(crate) conn: QueueConnection,
+    pub(crate) name: String,
+    pub(crate) keys: Keys,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    pub(crate) schedule: String,
+    pub(crate) pending: String,
+    pub(crate) dead: String,
+    pub(crate) jobs: String,
+    pub(crate) attempts: String,
+    pub(crate) errors: String,
+}
+
+impl Keys {
+    fn new(name: &str) -> Keys {
+        let key = |suffix: &str| format!("{{{name}}}:{suffix}");
+        Keys {
+            schedule: key("schedule"),
+            pending: key("pending"),
+            dead: key("dead"),
+            jobs: key("jobs"),
+            attempts: key("attempts"),
+            errors: key("errors"),
+        }
+    }
+}
+
+pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
+    RedisError::from((ErrorKind::Client, desc, detail))
+}
+
+/// The queue's connection, for commands of your own
+/// (`redis::AsyncCommands` works on it): a multiplexed connection that
+/// replaces itself when it breaks (the server restarted, the network
+/// dropped). The command that met the broken connection fails; the next
+/// ones go to a new connection. Clones share one connection.
+#[derive(Clone)]
+pub struct QueueConnection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: Client,
+    response_timeout: Duration,
+    current: Mutex<MultiplexedConnection>,
+    /// When the last reconnection began: at most one a second.
+    last_reconnect: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl QueueConnection {
+    /// Opens a connection whose replies may take up to `response_timeout`.
+    pub(crate) async fn open(
+        client: &Client,
+        response_timeout: Duration,
+    ) -> RedisResult<QueueConnection> {
+        let conn = connect(client, response_timeout).await?;
+        Ok(QueueConnection::wrap(
+            client.clone(),
+            conn,
+            response_timeout,
+        ))
+    }
+
+    fn wrap(
+        client: Client,
+        conn: MultiplexedConnection,
+        response_timeout: Duration,
+    ) -> QueueConnection {
+        QueueConnection {
+            shared: Arc::new(Shared {
+                client,
+                response_timeout,
+                current: Mutex::new(conn),
+                last_reconnect: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    fn current(&self) -> MultiplexedConnection {
+        self.shared.current.lock().unwrap().clone()
+    }
+
+    async fn check<T>(&self, result: &RedisResult<T>) {
+        let Err(e) = result else { return };
+        if !(e.is_io_error() || e.is_connection_dropped()) {
+            return;
+        }
+        let mut last = self.shared.last_reconnect.lock().await;
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        *last = Some(Instant::now());
+        match connect(&self.shared.client, self.shared.response_timeout).await {
+            Ok(fresh) => *self.shared.current.lock().unwrap() = fresh,
+            Err(e) => eprintln!("echomq-client: reconnecting failed: {e}"),
+        }
+    }
+}
+
+impl ConnectionLike for QueueConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let mut conn = self.current();
+        Box::pin(async move {
+            let result = conn.req_packed_command(cmd).await;
+            self.check(&result).await;
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let mut conn = self.current();
+        Box::pin(async move {
+            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            self.check(&result).await;
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.current().get_db()
+    }
+}
+
+async fn connect(
+    client: &Client,
+    response_timeout: Duration,
+) -> RedisResult<MultiplexedConnection> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(10)))
+        .set_response_timeout(Some(response_timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+impl Queue {
+    /// Connects to the server `client` names; `name` is the queue's name
+    /// (its keys are `{name}:schedule`, `{name}:pending` and so on).
+    /// Commands share one multiplexed connection; each worker opens one
+    /// more for its blocking reads.
+    pub async fn new(client: Client, name: impl Into<String>) -> RedisResult<Queue> {
+        let conn = QueueConnection::open(&client, RESPONSE_TIMEOUT).await?;
+        Ok(Queue::from_conn(client, conn, name))
+    }
+
+    /// As [`Queue::new`] with a connection the caller opened (from
+    /// `client`, which also serves to reconnect and for workers' reads).
+    pub fn with_connection(
+        client: Client,
+        conn: MultiplexedConnection,
+        name: impl Into<String>,
+    ) -> Queue {
+        let conn = QueueConnection::wrap(client.clone(), conn, RESPONSE_TIMEOUT);
+        Queue::from_conn(client, conn, name)
+    }
+
+    fn from_conn(client: Client, conn: QueueConnection, name: impl Into<String>) -> Queue {
+        let name = name.into();
+        Queue {
+            keys: Keys::new(&name),
+            client,
+            conn,
+            name,
+        }
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The queue's shared connection, for commands of your own.
+    pub fn connection(&self) -> QueueConnection {
+        self.conn.clone()
+    }
+
+    /// Adds one job and returns its id. With `options.id` set and a job of
+    /// that id existing, nothing changes and the id is returned.
+    pub async fn add(&self, payload: impl AsRef<[u8]>, options: AddOptions) -> RedisResult<String> {
+        let mut conn = self.conn.clone();
+        match options.id {
+            Some(id) => {
+                check_id(&id)?;
+                let _: i64 = Script::new(ADD_SCRIPT)
+                    .key(&self.keys.jobs)
+                    .key(&self.keys.pending)
+                    .key(&self.keys.schedule)
+                    .arg(&id)
+                    .arg(payload.as_ref())
+                    .arg(options.delay_ms)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(id)
+            }
+            None => {
+                let id = new_job_id();
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
+                let _: Value = pipe.query_async(&mut conn).await?;
+                Ok(id)
+            }
+        }
+    }
+
+    /// `HSET` and `XADD` (or `ECHO.SCHEDULE`) of a job with a new id.
+    fn push_add(&self, pipe: &mut redis::Pipeline, id: &str, payload: &[u8], delay_ms: u64) {
+        pipe.cmd("HSET").arg(&self.keys.jobs).arg(id).arg(payload);
+        if delay_ms == 0 {
+            pipe.cmd("XADD")
+                .arg(&self.keys.pending)
+                .arg("*")
+                .arg("job")
+                .arg(id);
+        } else {
+            pipe.cmd("ECHO.SCHEDULE")
+                .arg(&self.keys.schedule)
+                .arg(id)
+                .arg(delay_ms);
+        }
+    }
+
+    /// Adds jobs with generated ids, run as soon as possible; returns the ids
+    /// in order. Pipelined, in transactions of up to 1,000 jobs.
+    pub async fn add_many<P: AsRef<[u8]>>(
+        &self,
+        payloads: impl IntoIterator<Item = P>,
+    ) -> RedisResult<Vec<String>> {
+        self.add_many_with(payloads.into_iter().map(|p| (p, AddOptions::default())))
+            .await
+    }
+
+    /// As [`Queue::add_many`], each job with its own [`AddOptions`] (a given
+    /// id makes that job's add idempotent, as in [`Queue::add`]).
+    pub async fn add_many_with<P: AsRef<[u8]>>(
+        &self,
+        jobs: impl IntoIterator<Item = (P, AddOptions)>,
+    ) -> RedisResult<Vec<String>> {
+        let jobs: Vec<(P, AddOptions)> = jobs.into_iter().collect();
+        let mut ids = Vec::with_capacity(jobs.len());
+        if jobs.is_empty() {
+            return Ok(ids);
+        }
+        let script = Script::new(ADD_SCRIPT);
+        let mut pipe = redis::pipe();
+        if jobs.iter().any(|(_, o)| o.id.is_some()) {
+            // Loaded before the transactions, so EVALSHA inside them finds it.
+            pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_SCRIPT).ignore();
+        }
+        for chunk in jobs.chunks(BATCH) {
+            pipe.cmd("MULTI").ignore();
+            for (payload, options) in chunk {
+                match &options.id {
+                    Some(id) => {
+                        check_id(id)?;
+                        pipe.cmd("EVALSHA")
+                            .arg(script.get_hash())
+                            .arg(3)
+                            .arg(&self.keys.jobs)
+                            .arg(&self.keys.pending)
+                            .arg(&self.keys.schedule)
+                            .arg(id)
+                            .arg(payload.as_ref())
+                            .arg(options.delay_ms)
+                            .ignore();
+                        ids.push(id.clone());
+                    }
+                    None => {
+                        let id = new_job_id();
+                        self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
+                        ids.push(id);
+                    }
+                }
+            }
+            pipe.cmd("EXEC");
+        }
+        // Replies: QUEUED for each command, then EXEC's array per transaction.
+        let mut conn = self.conn.clone();
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        for reply in replies {
+            if let Value::Array(items) = reply {
+                for item in items {
+                    if let Value::ServerError(e) = item {
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// How many jobs are scheduled, due, pending, in flight and dead.
+    pub async fn counts(&self) -> RedisResult<Counts> {
+        let mut conn = self.conn.clone();
+        let now = server_time_ms(&mut conn).await?;
+        let k = &self.keys;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("ZCARD").arg(&k.schedule);
+        pipe.cmd("ZCOUNT").arg(&k.schedule).arg("-inf").arg(now);
+        pipe.cmd("XLEN").arg(&k.pending);
+        pipe.cmd("XPENDING").arg(&k.pending).arg(GROUP);
+        pipe.cmd("ZCARD").arg(&k.dead);
+        let replies: Vec<RedisResult<Value>> = pipe.query_async(&mut conn).await?;
+        let mut nums = [0u64; 5];
+        for (i, reply) in replies.into_iter().enumerate().take(5) {
+            nums[i] = match reply {
+                Ok(Value::Int(n)) => n.max(0) as u64,
+                // The summary form of XPENDING: [count, first, last, consumers].
+                Ok(Value::Array(items)) => match items.first() {
+                    Some(Value::Int(n)) => (*n).max(0) as u64,
+                    _ => 0,
+                },
+                Ok(_) => 0,
+                // XPENDING before any worker made the group: nothing in flight.
+                Err(e) if e.code() == Some("NOGROUP") => 0,
+                Err(e) => return Err(e),
+            };
+        }
+        let [total, due, len, in_flight, dead] = nums;
+        Ok(Counts {
+            scheduled: total.saturating_sub(due),
+            due,
+            pending: len.saturating_sub(in_flight),
+            in_flight,
+            dead,
+        })
+    }
+
+    /// Dead jobs, oldest death first, from position `offset`, at most `count`.
+    pub async fn dead(&self, offset: u64, count: u64) -> RedisResult<Vec<DeadJob>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn.clone();
+        let k = &self.keys;
+        let ranked: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&k.dead)
+            .arg(offset)
+            .arg(offset + count - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (id, _) in &ranked {
+            pipe.cmd("HGET").arg(&k.attempts).arg(id);
+            pipe.cmd("HGET").arg(&k.errors).arg(id);
+            pipe.cmd("HGET").arg(&k.jobs).arg(id);
+        }
+        type Fields = (Option<u64>, Option<Vec<u8>>, Option<Vec<u8>>);
+        let flat: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let mut out = Vec::with_capacity(ranked.len());
+        for ((id, score), fields) in ranked.into_iter().zip(flat.chunks(3)) {
+            let (attempts, error, payload): Fields =
+                redis::from_redis_value(Value::Array(fields.to_vec()))?;
+            out.push(DeadJob {
+                id,
+                died_at_ms: score as i64,
+                attempts: attempts.unwrap_or(0),
+                error: error
+                    .map(|e| String::from_utf8_lossy(&e).into_owned())
+                    .unwrap_or_default(),
+                payload: payload.unwrap_or_default(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Moves a dead job back to pending with its attempts reset. Returns
+    /// whether it was dead.
+    pub async fn requeue(&self, id: &str) -> RedisResult<bool> {
+        let mut conn = self.conn.clone();
+        let k = &self.keys;
+        let moved: i64 = Script::new(REQUEUE_SCRIPT)
+            .key(&k.dead)
+            .key(&k.attempts)
+            .key(&k.errors)
+            .key(&k.pending)
+            .arg(id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(moved == 1)
+    }
+
+    /// Deletes a job wherever it waits (schedule, dead) with its payload.
+    /// Returns whether it existed. An entry already in the stream stays: the
+    /// worker that takes it finds no payload and drops it.
+    pub async fn remove(&self, id: &str) -> RedisResult<bool> {
+        let mut conn = self.conn.clone();
+        let k = &self.keys;
+        let (_, _, existed, _, _): (i64, i64, i64, i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("ZREM")
+            .arg(&k.schedule)
+            .arg(id)
+            .cmd("ZREM")
+            .arg(&k.dead)
+            .arg(id)
+            .cmd("HDEL")
+            .arg(&k.jobs)
+            .arg(id)
+            .cmd("HDEL")
+            .arg(&k.attempts)
+            .arg(id)
+            .cmd("HDEL")
+            .arg(&k.errors)
+            .arg(id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(existed == 1)
+    }
+
+    /// Deletes the dead jobs that died at least `older_than_ms` ago by the
+    /// server's clock (0: all of them). Returns how many.
+    pub async fn purge_dead(&self, older_than_ms: u64) -> RedisResult<u64> {
+        let mut conn = self.conn.clone();
+        let k = &self.keys;
+        Script::new(PURGE_SCRIPT)
+            .key(&k.dead)
+            .key(&k.jobs)
+            .key(&k.attempts)
+            .key(&k.errors)
+            .arg(older_than_ms)
+            .invoke_async(&mut conn)
+            .await
+    }
+}
+
+fn check_id(id: &str) -> RedisResult<()> {
+    if id.is_empty() {
+        return Err(client_error(
+            "invalid job id",
+            "a job id may not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The server's clock, Unix ms.
+pub(crate) async fn server_time_ms(conn: &mut QueueConnection) -> RedisResult<i64> {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
+    Ok(secs * 1000 + micros / 1000)
+}

@@ -1,0 +1,907 @@
+//! The worker: takes jobs from a queue's stream, runs a handler on each and
+//! writes each outcome as `docs/clients.md` lays it out.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::{RedisResult, Value};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::queue::{Queue, QueueConnection, GROUP, RESPONSE_TIMEOUT};
+
+/// One run of a job, as the handler gets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub id: String,
+    pub payload: Vec<u8>,
+    /// 1 on the first run, 2 on the first retry, and so on.
+    pub attempt: u64,
+}
+
+/// Why a run failed. Any `std::error::Error` converts into `Failed` with its
+/// text, so `?` works in a handler.
+///
+/// `JobError` itself deliberately does not implement `std::error::Error`:
+/// that would conflict with the blanket conversion.
+pub enum JobError {
+    /// A failure: the server schedules a retry by the worker's backoff
+    /// policy, or moves the job to the dead set after its last attempt.
+    Failed(String),
+    /// The dependency asked to wait (a 429 or 503 with `Retry-After`): a
+    /// failure as above, and the queue is held for this many ms, so no worker
+    /// starts any of its jobs meanwhile.
+    RetryAfter(u64),
+}
+
+impl JobError {
+    /// A plain failure with this message.
+    pub fn msg(message: impl Into<String>) -> JobError {
+        JobError::Failed(message.into())
+    }
+}
+
+impl<E: std::error::Error> From<E> for JobError {
+    fn from(error: E) -> JobError {
+        JobError::Failed(error.to_string())
+    }
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobError::Failed(message) => f.write_str(message),
+            JobError::RetryAfter(ms) => write!(f, "retry after {ms} ms"),
+        }
+    }
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobError::Failed(message) => f.debug_tuple("Failed").field(message).finish(),
+            JobError::RetryAfter(ms) => f.debug_tuple("RetryAfter").field(ms).finish(),
+        }
+    }
+}
+
+/// A worker's settings; `WorkerOptions::default()` has the documented
+/// defaults.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    /// Handlers running at once.
+    pub concurrency: usize,
+    /// The backoff policy the server draws retry delays from.
+    pub backoff: String,
+    /// Failures after which a job is dead.
+    pub max_attempts: u64,
+    /// How long a job may go without a sign of life from its worker before
+    /// another worker takes it over.
+    pub lease_ms: u64,
+    /// Deliveries without an outcome after which a job is failed instead of
+    /// run again (a job that kills its worker ends in the dead set).
+    pub max_deliveries: u64,
+    /// How long `run` waits, after `close`, for the running handlers.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions {
+            concurrency: 10,
+            backoff: "jitter:exponential:1000:3600000".into(),
+            max_attempts: 10,
+            lease_ms: 30_000,
+            max_deliveries: 3,
+            shutdown_timeout_ms: 10_000,
+        }
+    }
+}
+
+type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
+type Handler = Arc<dyn Fn(Job) -> HandlerFuture + Send + Sync>;
+
+/// The longest message kept in `{name}:errors`.
+const MAX_ERROR_BYTES: usize = 4096;
+/// How often the worker asks whether the server promotes its queue itself.
+const QUEUES_EVERY: Duration = Duration::from_secs(10);
+
+/// Closes a running [`Worker`]; cloneable and usable from any task.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    close: Arc<watch::Sender<bool>>,
+}
+
+impl WorkerHandle {
+    /// Asks the worker to stop: it takes nothing new, waits up to
+    /// `shutdown_timeout_ms` for the running handlers, writes their outcomes,
+    /// and then [`Worker::run`] returns.
+    pub fn close(&self) {
+        self.close.send_replace(true);
+    }
+}
+
+/// Runs a handler on the jobs of one queue. See [`Worker::run`].
+pub struct Worker {
+    inner: Arc<Inner>,
+    acks: mpsc::UnboundedReceiver<AckMsg>,
+}
+
+/// A stream entry this worker holds, with the job it names.
+#[derive(Clone, Debug)]
+struct Entry {
+    entry: String,
+    /// `None` for an entry without a `job` field (not written by echomq).
+    id: Option<String>,
+    /// The delivery count, for entries taken over (0: a fresh delivery).
+    deliveries: u64,
+}
+
+enum AckMsg {
+    Ack(Entry),
+    Flush(oneshot::Sender<()>),
+}
+
+struct Inner {
+    queue: Queue,
+    handler: Handler,
+    options: WorkerOptions,
+    consumer: String,
+    slots: Arc<Semaphore>,
+    /// Entries this worker holds and has no outcome for: their lease is
+    /// renewed.
+    held: Mutex<HashSet<String>>,
+    /// The server does not promote this queue by itself.
+    self_promote: AtomicBool,
+    /// `run` has returned: late outcomes are not written.
+    stopped: AtomicBool,
+    close: Arc<watch::Sender<bool>>,
+    acks: mpsc::UnboundedSender<AckMsg>,
+}
+
+impl Worker {
+    /// A worker for `queue` running `handler` (an async function of a
+    /// [`Job`]) on at most `options.concurrency` jobs at once.
+    pub fn new<F, Fut>(queue: Queue, handler: F, options: WorkerOptions) -> Worker
+    where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), JobError>> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |job| Box::pin(handler(job)));
+        let (acks_tx, acks_rx) = mpsc::unbounded_channel();
+        let concurrency = options.concurrency.max(1);
+        Worker {
+            inner: Arc::new(Inner {
+                queue,
+                handler,
+                consumer: consumer_name(),
+                slots: Arc::new(Semaphore::new(concurrency)),
+                options: WorkerOptions {
+                    concurrency,
+                    ..options
+                },
+                held: Mutex::new(HashSet::new()),
+                self_promote: AtomicBool::new(true),
+                stopped: AtomicBool::new(false),
+                close: Arc::new(watch::channel(false).0),
+                acks: acks_tx,
+            }),
+            acks: acks_rx,
+        }
+    }
+
+    /// A handle whose [`WorkerHandle::close`] stops this worker.
+    pub fn handle(&self) -> WorkerHandle {
+        WorkerHandle {
+            close: self.inner.close.clone(),
+        }
+    }
+
+    /// This worker's consumer name in the group (`<host>-<pid>-<6 hex>`).
+    pub fn consumer(&self) -> &str {
+        &self.inner.consumer
+    }
+
+    /// Runs until [`WorkerHandle::close`]: creates the group, then takes,
+    /// runs and acknowledges jobs. Returns an error only when starting fails
+    /// (no server, a bad backoff policy); errors while running are reported
+    /// on stderr and retried.
+    pub async fn run(self) -> RedisResult<()> {
+        let Worker { inner, acks } = self;
+        let mut conn = inner.queue.conn.clone();
+        inner.queue.ensure_group().await?;
+        // The policy is checked once here (ECHO.DELAY writes nothing), not
+        // in each failure's transaction, where an error would let the rest
+        // of the transaction drop the job.
+        let _: i64 = redis::cmd("ECHO.DELAY")
+            .arg(&inner.options.backoff)
+            .arg(1)
+            .query_async(&mut conn)
+            .await?;
+        inner.refresh_queues(&mut conn).await?;
+        // The blocking reads' own connection.
+        let read_conn = QueueConnection::open(
+            &inner.queue.client,
+            Duration::from_millis(1000) + RESPONSE_TIMEOUT,
+        )
+        .await?;
+
+        let ack_task = tokio::spawn(inner.clone().ack_loop(acks));
+        let lease_task = tokio::spawn(inner.clone().lease_loop());
+        let queues_task = tokio::spawn(inner.clone().queues_loop());
+
+        inner.clone().read_loop(read_conn).await;
+
+        // Wait for the running handlers (they hold the slots).
+        let all = inner.options.concurrency as u32;
+        let wait = Duration::from_millis(inner.options.shutdown_timeout_ms);
+        let _ = tokio::time::timeout(wait, inner.slots.acquire_many(all)).await;
+        inner.stopped.store(true, Ordering::SeqCst);
+        let (flushed_tx, flushed_rx) = oneshot::channel();
+        if inner.acks.send(AckMsg::Flush(flushed_tx)).is_ok() {
+            let _ = flushed_rx.await;
+        }
+        let _ = ack_task.await;
+        lease_task.abort();
+        queues_task.abort();
+        Ok(())
+    }
+}
+
+impl Queue {
+    /// Creates the workers' consumer group (and the stream) when missing.
+    pub async fn ensure_group(&self) -> RedisResult<()> {
+        let mut conn = self.conn.clone();
+        let created: RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.keys.pending)
+            .arg(GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut conn)
+            .await;
+        match created {
+            Err(e) if e.code() != Some("BUSYGROUP") => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Inner {
+    fn closing(&self) -> bool {
+        *self.close.borrow()
+    }
+
+    /// Resolves once `close` has been called.
+    async fn closed(&self) {
+        let mut rx = self.close.subscribe();
+        let _ = rx.wait_for(|closed| *closed).await;
+    }
+
+    async fn refresh_queues(&self, conn: &mut QueueConnection) -> RedisResult<()> {
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("ECHO.QUEUES").query_async(conn).await?;
+        let keys = &self.queue.keys;
+        let listed = pairs.iter().any(|(schedule, pending)| {
+            schedule == keys.schedule.as_bytes() && pending == keys.pending.as_bytes()
+        });
+        self.self_promote.store(!listed, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn queues_loop(self: Arc<Self>) {
+        let mut conn = self.queue.conn.clone();
+        loop {
+            tokio::time::sleep(QUEUES_EVERY).await;
+            if let Err(e) = self.refresh_queues(&mut conn).await {
+                log(&format!("ECHO.QUEUES failed: {e}"));
+            }
+        }
+    }
+
+    /// Step 2: take new entries whenever slots are free; step 7 on the way.
+    async fn read_loop(self: Arc<Self>, mut conn: QueueConnection) {
+        let takeover_every = Duration::from_millis((self.options.lease_ms / 2).max(1));
+        let mut next_takeover = tokio::time::Instant::now();
+        while !self.closing() {
+            let mut permit = tokio::select! {
+                permit = self.slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+                _ = self.closed() => break,
+            };
+            let extra = self.slots.available_permits();
+            if extra > 0 {
+                if let Ok(more) = self.slots.clone().try_acquire_many_owned(extra as u32) {
+                    permit.merge(more);
+                }
+            }
+            if tokio::time::Instant::now() >= next_takeover {
+                next_takeover = tokio::time::Instant::now() + takeover_every;
+                if let Err(e) = self.take_over(&mut conn, &mut permit).await {
+                    log(&format!("taking over entries failed: {e}"));
+                }
+                if permit.num_permits() == 0 || self.closing() {
+                    continue;
+                }
+            }
+            let count = permit.num_permits();
+            let read = self.read(&mut conn, count).await;
+            let (entries, held_until, now) = match read {
+                Ok(read) => read,
+                Err(e) => {
+                    drop(permit);
+                    log(&format!("reading {} failed: {e}", self.queue.keys.pending));
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = self.closed() => break,
+                    }
+                    // The stream may have been deleted (NOGROUP, which a
+                    // pipeline reports wrapped): make it and the group again.
+                    // A broken connection replaces itself.
+                    let _ = self.queue.ensure_group().await;
+                    continue;
+                }
+            };
+            if entries.is_empty() {
+                continue;
+            }
+            let unused = permit.num_permits() - entries.len();
+            drop(permit.split(unused));
+            self.hold(&entries);
+            if self.closing() {
+                self.give_back(entries).await;
+                break;
+            }
+            if !self.wait_for_release(&mut conn, held_until, now).await {
+                self.give_back(entries).await;
+                break;
+            }
+            self.start(&mut conn, entries, permit).await;
+        }
+    }
+
+    /// One read: `[ECHO.PROMOTE,] XREADGROUP, ECHO.LIMITS, TIME`, pipelined.
+    /// Returns the entries, the hold's end and the server's time (ms).
+    async fn read(
+        &self,
+        conn: &mut QueueConnection,
+        count: usize,
+    ) -> RedisResult<(Vec<Entry>, i64, i64)> {
+        let keys = &self.queue.keys;
+        let self_promote = self.self_promote.load(Ordering::Relaxed);
+        let block_ms = if self_promote { 100 } else { 1000 };
+        let mut pipe = redis::pipe();
+        if self_promote {
+            pipe.cmd("ECHO.PROMOTE")
+                .arg(&keys.schedule)
+                .arg(&keys.pending)
+                .arg("LIMIT")
+                .arg(1000)
+                .ignore();
+        }
+        pipe.cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS")
+            .arg(&keys.pending)
+            .arg(">");
+        pipe.cmd("ECHO.LIMITS").arg(&keys.schedule);
+        pipe.cmd("TIME");
+        let (read, limits, (secs, micros)): (Value, Value, (i64, i64)) =
+            pipe.query_async(conn).await?;
+        let mut entries = Vec::new();
+        if let Value::Array(streams) = read {
+            for stream in streams {
+                if let Value::Array(mut parts) = stream {
+                    if parts.len() == 2 {
+                        entries.extend(parse_entries(parts.pop().unwrap()));
+                    }
+                }
+            }
+        } else if let Value::Map(streams) = read {
+            for (_, list) in streams {
+                entries.extend(parse_entries(list));
+            }
+        }
+        Ok((entries, held_until(&limits), secs * 1000 + micros / 1000))
+    }
+
+    /// Waits while the queue is held (`ECHO.LIMITS` says until when, by the
+    /// server's clock). False when `close` came first.
+    async fn wait_for_release(
+        &self,
+        conn: &mut QueueConnection,
+        mut held_until: i64,
+        mut now: i64,
+    ) -> bool {
+        while held_until > now {
+            let wait = Duration::from_millis((held_until - now) as u64);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.closed() => return false,
+            }
+            // A longer hold may have come meanwhile: ask again.
+            let mut pipe = redis::pipe();
+            pipe.cmd("ECHO.LIMITS").arg(&self.queue.keys.schedule);
+            pipe.cmd("TIME");
+            match pipe.query_async::<(Value, (i64, i64))>(conn).await {
+                Ok((limits, (secs, micros))) => {
+                    held_until = held_until_of(&limits, held_until);
+                    now = secs * 1000 + micros / 1000;
+                }
+                Err(e) => {
+                    log(&format!("ECHO.LIMITS failed: {e}"));
+                    return !self.closing();
+                }
+            }
+        }
+        true
+    }
+
+    fn hold(&self, entries: &[Entry]) {
+        let mut held = self.held.lock().unwrap();
+        held.extend(entries.iter().map(|e| e.entry.clone()));
+    }
+
+    fn release(&self, entry: &str) {
+        self.held.lock().unwrap().remove(entry);
+    }
+
+    /// Hands entries taken but not started back to the stream (after
+    /// `close`): acknowledged, deleted and added again as new entries, so
+    /// another worker gets them at once rather than after the lease.
+    async fn give_back(&self, entries: Vec<Entry>) {
+        let keys = &self.queue.keys;
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let mut xack = redis::cmd("XACK");
+        xack.arg(&keys.pending).arg(GROUP);
+        let mut xdel = redis::cmd("XDEL");
+        xdel.arg(&keys.pending);
+        for e in &entries {
+            xack.arg(&e.entry);
+            xdel.arg(&e.entry);
+        }
+        pipe.add_command(xack).ignore().add_command(xdel).ignore();
+        for e in &entries {
+            if let Some(id) = &e.id {
+                pipe.cmd("XADD")
+                    .arg(&keys.pending)
+                    .arg("*")
+                    .arg("job")
+                    .arg(id)
+                    .ignore();
+            }
+        }
+        let mut conn = self.queue.conn.clone();
+        if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+            log(&format!(
+                "giving back {} entries failed: {e}",
+                entries.len()
+            ));
+        }
+        for e in &entries {
+            self.release(&e.entry);
+        }
+    }
+
+    /// Fetches payloads and attempts in one pipeline and starts a handler
+    /// per job; `permit` holds one slot per entry.
+    async fn start(
+        self: &Arc<Self>,
+        conn: &mut QueueConnection,
+        entries: Vec<Entry>,
+        mut permit: OwnedSemaphorePermit,
+    ) {
+        let keys = &self.queue.keys;
+        let mut pipe = redis::pipe();
+        for e in &entries {
+            let id = e.id.as_deref().unwrap_or("");
+            pipe.cmd("HGET").arg(&keys.jobs).arg(id);
+            pipe.cmd("HGET").arg(&keys.attempts).arg(id);
+        }
+        let fields: Vec<(Option<Vec<u8>>, Option<u64>)> =
+            match pipe.query_async::<Vec<Value>>(conn).await.and_then(|flat| {
+                flat.chunks(2)
+                    .map(|pair| {
+                        redis::from_redis_value(Value::Array(pair.to_vec())).map_err(Into::into)
+                    })
+                    .collect()
+            }) {
+                Ok(fields) => fields,
+                Err(e) => {
+                    // Left in the group: taken over after the lease.
+                    log(&format!("fetching payloads failed: {e}"));
+                    for e in &entries {
+                        self.release(&e.entry);
+                    }
+                    return;
+                }
+            };
+        for (e, (payload, attempts)) in entries.into_iter().zip(fields) {
+            let slot = permit.split(1).expect("one slot per entry");
+            let (Some(id), Some(payload)) = (e.id.clone(), payload) else {
+                // Removed (or not a job): dropped, as on success.
+                self.release(&e.entry);
+                let _ = self.acks.send(AckMsg::Ack(e));
+                drop(slot);
+                continue;
+            };
+            let attempt = attempts.unwrap_or(0) + 1;
+            let inner = self.clone();
+            if e.deliveries > self.options.max_deliveries {
+                let message = format!("delivered {} times without an outcome", e.deliveries);
+                tokio::spawn(async move {
+                    inner
+                        .fail(&e.entry, &id, attempt, &JobError::Failed(message))
+                        .await;
+                    inner.release(&e.entry);
+                    drop(slot);
+                });
+                continue;
+            }
+            tokio::spawn(async move {
+                let job = Job {
+                    id: id.clone(),
+                    payload,
+                    attempt,
+                };
+                let outcome = match tokio::spawn((inner.handler)(job)).await {
+                    Ok(outcome) => outcome,
+                    Err(join) => Err(JobError::Failed(panic_message(join))),
+                };
+                if inner.stopped.load(Ordering::SeqCst) {
+                    // `run` returned: left in the group for another worker.
+                    return;
+                }
+                match outcome {
+                    Ok(()) => {
+                        inner.release(&e.entry);
+                        let _ = inner.acks.send(AckMsg::Ack(e));
+                    }
+                    Err(error) => {
+                        inner.fail(&e.entry, &id, attempt, &error).await;
+                        inner.release(&e.entry);
+                    }
+                }
+                drop(slot);
+            });
+        }
+    }
+
+    /// Steps 4 and 5: a failed run, in one transaction.
+    async fn fail(&self, entry: &str, id: &str, attempt: u64, error: &JobError) {
+        let keys = &self.queue.keys;
+        let mut message = error.to_string();
+        if message.len() > MAX_ERROR_BYTES {
+            let mut cut = MAX_ERROR_BYTES;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        if let JobError::RetryAfter(ms) = error {
+            pipe.cmd("ECHO.HOLD")
+                .arg(&keys.schedule)
+                .arg((*ms).min(86_400_000))
+                .ignore();
+        }
+        pipe.cmd("ECHO.RETRY")
+            .arg(&keys.schedule)
+            .arg(id)
+            .arg(&self.options.backoff)
+            .arg(attempt)
+            .arg("MAXATTEMPTS")
+            .arg(self.options.max_attempts.max(1))
+            .arg("DEAD")
+            .arg(&keys.dead)
+            .ignore();
+        pipe.cmd("HSET")
+            .arg(&keys.attempts)
+            .arg(id)
+            .arg(attempt)
+            .ignore();
+        pipe.cmd("HSET")
+            .arg(&keys.errors)
+            .arg(id)
+            .arg(message)
+            .ignore();
+        pipe.cmd("XACK")
+            .arg(&keys.pending)
+            .arg(GROUP)
+            .arg(entry)
+            .ignore();
+        pipe.cmd("XDEL").arg(&keys.pending).arg(entry).ignore();
+        let mut conn = self.queue.conn.clone();
+        if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+            log(&format!("writing the failure of {id} failed: {e}"));
+        }
+    }
+
+    /// Step 3: successes acknowledged in batches; whatever finished while
+    /// one acknowledgement was on the wire goes in the next.
+    async fn ack_loop(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<AckMsg>) {
+        let mut conn = self.queue.conn.clone();
+        let keys = &self.queue.keys;
+        while let Some(first) = rx.recv().await {
+            let mut batch = Vec::new();
+            let mut flushes = Vec::new();
+            let mut next = Some(first);
+            while let Some(msg) = next.take() {
+                match msg {
+                    AckMsg::Ack(e) => batch.push(e),
+                    AckMsg::Flush(tx) => flushes.push(tx),
+                }
+                if batch.len() < 1000 {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if !batch.is_empty() {
+                let mut xack = redis::cmd("XACK");
+                xack.arg(&keys.pending).arg(GROUP);
+                let mut xdel = redis::cmd("XDEL");
+                xdel.arg(&keys.pending);
+                let mut hdel_jobs = redis::cmd("HDEL");
+                hdel_jobs.arg(&keys.jobs);
+                let mut hdel_attempts = redis::cmd("HDEL");
+                hdel_attempts.arg(&keys.attempts);
+                let mut hdel_errors = redis::cmd("HDEL");
+                hdel_errors.arg(&keys.errors);
+                let mut any_id = false;
+                for e in &batch {
+                    xack.arg(&e.entry);
+                    xdel.arg(&e.entry);
+                    if let Some(id) = &e.id {
+                        any_id = true;
+                        hdel_jobs.arg(id);
+                        hdel_attempts.arg(id);
+                        hdel_errors.arg(id);
+                    }
+                }
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                pipe.add_command(xack).ignore().add_command(xdel).ignore();
+                if any_id {
+                    pipe.add_command(hdel_jobs).ignore();
+                    pipe.add_command(hdel_attempts).ignore();
+                    pipe.add_command(hdel_errors).ignore();
+                }
+                if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+                    log(&format!("acknowledging {} jobs failed: {e}", batch.len()));
+                }
+            }
+            if !flushes.is_empty() {
+                for tx in flushes {
+                    let _ = tx.send(());
+                }
+                return;
+            }
+        }
+    }
+
+    /// Step 6: renews the lease of every entry held, every `lease_ms / 3`.
+    async fn lease_loop(self: Arc<Self>) {
+        let mut conn = self.queue.conn.clone();
+        let every = Duration::from_millis((self.options.lease_ms / 3).max(1));
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let entries: Vec<String> = self.held.lock().unwrap().iter().cloned().collect();
+            if entries.is_empty() {
+                continue;
+            }
+            let mut cmd = redis::cmd("XCLAIM");
+            cmd.arg(&self.queue.keys.pending)
+                .arg(GROUP)
+                .arg(&self.consumer)
+                .arg(0);
+            for entry in &entries {
+                cmd.arg(entry);
+            }
+            cmd.arg("JUSTID");
+            if let Err(e) = cmd.query_async::<Value>(&mut conn).await {
+                log(&format!("renewing leases failed: {e}"));
+            }
+        }
+    }
+
+    /// Step 7 (from the read loop, every `lease_ms / 2`, with the slots it
+    /// holds): the entries of dead or stuck workers, as many as `slots` has
+    /// slots; those taken move out of `slots`.
+    async fn take_over(
+        self: &Arc<Self>,
+        conn: &mut QueueConnection,
+        slots: &mut OwnedSemaphorePermit,
+    ) -> RedisResult<()> {
+        let free = slots.num_permits();
+        let keys = &self.queue.keys;
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(&keys.pending)
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(self.options.lease_ms)
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(free)
+            .query_async(conn)
+            .await?;
+        let mut entries = match reply {
+            Value::Array(mut parts) if parts.len() >= 2 => parse_entries(parts.swap_remove(1)),
+            _ => Vec::new(),
+        };
+        if entries.is_empty() {
+            return Ok(());
+        }
+        entries.truncate(free);
+        let permit = slots.split(entries.len()).expect("a slot per entry");
+        self.hold(&entries);
+        let mut pipe = redis::pipe();
+        for e in &entries {
+            pipe.cmd("XPENDING")
+                .arg(&keys.pending)
+                .arg(GROUP)
+                .arg(&e.entry)
+                .arg(&e.entry)
+                .arg(1);
+        }
+        pipe.cmd("ECHO.LIMITS").arg(&keys.schedule);
+        pipe.cmd("TIME");
+        let mut replies: Vec<Value> = match pipe.query_async(conn).await {
+            Ok(replies) => replies,
+            Err(e) => {
+                for e in &entries {
+                    self.release(&e.entry);
+                }
+                return Err(e);
+            }
+        };
+        let time: (i64, i64) =
+            redis::from_redis_value(replies.pop().unwrap_or(Value::Nil)).unwrap_or((0, 0));
+        let limits = replies.pop().unwrap_or(Value::Nil);
+        for (e, pending) in entries.iter_mut().zip(replies) {
+            // [[entry, consumer, idle, deliveries]]
+            e.deliveries = match pending {
+                Value::Array(rows) => match rows.first() {
+                    Some(Value::Array(row)) => match row.get(3) {
+                        Some(Value::Int(n)) => (*n).max(0) as u64,
+                        _ => 0,
+                    },
+                    _ => 0,
+                },
+                _ => 0,
+            };
+        }
+        let now = time.0 * 1000 + time.1 / 1000;
+        if !self.wait_for_release(conn, held_until(&limits), now).await {
+            self.give_back(entries).await;
+            return Ok(());
+        }
+        self.start(conn, entries, permit).await;
+        Ok(())
+    }
+}
+
+/// Entries of an `XREADGROUP` or `XAUTOCLAIM` reply: `[[entry, [field,
+/// value, ...]], ...]`.
+fn parse_entries(list: Value) -> Vec<Entry> {
+    let Value::Array(items) = list else {
+        return Vec::new();
+    };
+    let mut entries = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Array(mut parts) = item else {
+            continue; // an entry deleted meanwhile (nil on older servers)
+        };
+        if parts.is_empty() {
+            continue;
+        }
+        let fields = if parts.len() > 1 {
+            parts.pop().unwrap()
+        } else {
+            Value::Nil
+        };
+        let Some(entry) = text(&parts[0]) else {
+            continue;
+        };
+        let mut id = None;
+        let pairs: Vec<Value> = match fields {
+            Value::Array(fields) => fields,
+            Value::Map(map) => map.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            _ => Vec::new(),
+        };
+        for pair in pairs.chunks(2) {
+            if pair.len() == 2 && text(&pair[0]).as_deref() == Some("job") {
+                id = text(&pair[1]);
+            }
+        }
+        entries.push(Entry {
+            entry,
+            id,
+            deliveries: 0,
+        });
+    }
+    entries
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// `held-until-ms` of an `ECHO.LIMITS` reply (a flat array in RESP2, a map
+/// in RESP3); 0 when missing.
+fn held_until(limits: &Value) -> i64 {
+    held_until_of(limits, 0)
+}
+
+fn held_until_of(limits: &Value, default: i64) -> i64 {
+    let pairs: Vec<(&Value, &Value)> = match limits {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter(|p| p.len() == 2)
+            .map(|p| (&p[0], &p[1]))
+            .collect(),
+        Value::Map(map) => map.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return default,
+    };
+    for (key, value) in pairs {
+        if text(key).as_deref() == Some("held-until-ms") {
+            return match value {
+                Value::Int(n) => *n,
+                other => text(other).and_then(|t| t.parse().ok()).unwrap_or(0),
+            };
+        }
+    }
+    default
+}
+
+fn panic_message(join: tokio::task::JoinError) -> String {
+    if join.is_cancelled() {
+        return "the handler was cancelled".into();
+    }
+    let panic = join.into_panic();
+    let detail = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    format!("the handler panicked: {detail}")
+}
+
+/// `<host>-<pid>-<6 random hex>`.
+fn consumer_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_else(|| "host".into());
+    format!(
+        "{host}-{}-{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
+}
+
+fn log(message: &str) {
+    eprintln!("echomq-client: {message}");
+}
