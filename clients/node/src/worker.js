@@ -99,6 +99,7 @@ export class Worker extends EventEmitter {
   #failures = [];
   #dropped = [];
   #flushing = null;
+  #holdsUnsent = 0; // RetryAfter outcomes whose ECHO.HOLD is not written yet: no read meanwhile
   #tickScheduled = false;
 
   constructor(queue, handler, options = {}) {
@@ -132,6 +133,7 @@ export class Worker extends EventEmitter {
     this.#closing = false;
     this.#abandoned = false;
     this.#busy = 0;
+    this.#holdsUnsent = 0;
     let finish;
     this.#runDone = new Promise((resolve) => { finish = resolve; });
     const onTerm = () => { this.close(); };
@@ -139,6 +141,11 @@ export class Worker extends EventEmitter {
     try {
       this.#reader = this.#conn.duplicate();
       this.#reader.on("error", (e) => this.#report(e));
+      this.#reader.on("ready", () => { this.#readerId = null; }); // a new connection, a new id
+      // A policy the server refuses would make every failure's ECHO.RETRY fail after the
+      // entry is acknowledged: refused here instead, in the server's words (ECHO.DELAY
+      // checks it as ECHO.RETRY does and writes nothing).
+      await this.#conn.call("ECHO.DELAY", this.backoff, 1);
       await this.#createGroup();
       await this.#checkQueues();
       if (!this.#closing) {
@@ -231,7 +238,7 @@ export class Worker extends EventEmitter {
     this.#nextTakeOver = 0;
     while (!this.#closing) {
       const free = this.concurrency - this.#busy;
-      if (free <= 0) {
+      if (free <= 0 || this.#holdsUnsent > 0) {
         await this.#waitWake();
         continue;
       }
@@ -432,7 +439,10 @@ export class Worker extends EventEmitter {
       this.#okIds.push(id);
     } else {
       let holdMs = null;
-      if (error instanceof RetryAfter) holdMs = Math.min(MAX_HOLD_MS, Math.max(0, Math.round(error.ms)));
+      if (error instanceof RetryAfter) {
+        holdMs = Math.min(MAX_HOLD_MS, Math.max(0, Math.round(error.ms)));
+        this.#holdsUnsent++;
+      }
       this.#failures.push({ entry, id, attempt, message: errorText(error), holdMs });
     }
     this.#scheduleTick();
@@ -466,10 +476,15 @@ export class Worker extends EventEmitter {
     this.#dropped = [];
     const multi = this.#conn.multi();
     const entries = okEntries.concat(dropped);
+    let holds = 0;
     if (failures.length) {
       const attempts = [];
       const errors = [];
-      for (const f of failures) if (f.holdMs !== null) multi.call("ECHO.HOLD", k.schedule, f.holdMs);
+      for (const f of failures) {
+        if (f.holdMs === null) continue;
+        multi.call("ECHO.HOLD", k.schedule, f.holdMs);
+        holds++;
+      }
       for (const f of failures) {
         multi.call("ECHO.RETRY", k.schedule, f.id, this.#retryArgs[0], f.attempt, ...this.#retryArgs.slice(1));
         attempts.push(f.id, f.attempt);
@@ -487,6 +502,7 @@ export class Worker extends EventEmitter {
       },
       (e) => this.#report(e),
     ).finally(() => {
+      this.#holdsUnsent -= holds;
       this.#flushing = null;
       this.#flush();
       this.#wakeUp();

@@ -48,6 +48,14 @@ test("options are checked; RetryAfter carries its ms", () => {
   assert.throws(() => new Queue(server.client(), ""), TypeError);
 });
 
+test("run() refuses a backoff policy the server refuses, in the server's words", async () => {
+  const queue = new Queue(server.client(), queueName("policy"));
+  const listeners = process.listenerCount("SIGTERM");
+  const worker = new Worker(queue, async () => {}, { backoff: "sometimes:100" });
+  await assert.rejects(worker.run(), /invalid policy/);
+  assert.equal(process.listenerCount("SIGTERM"), listeners);
+});
+
 test("a handler that throws synchronously, or a non-Error, fails the job with its text", async () => {
   const queue = new Queue(server.client(), queueName("sync-throw"));
   const worker = new Worker(queue, (job) => {
