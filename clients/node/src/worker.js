@@ -33,6 +33,7 @@ const BLOCK_SERVER_PROMOTING_MS = 1000;
 const QUEUES_CHECK_MS = 10000;
 const ERROR_PAUSE_MS = 1000;
 const MAX_HOLD_MS = 86400000;
+const HOLD_RECHECK_MS = 1000;
 const MAX_ERROR_BYTES = 4096;
 
 function positiveInteger(options, name, min) {
@@ -347,7 +348,8 @@ export class Worker extends EventEmitter {
     for (const e of entries) this.#inHand.set(e.entry, e.job);
     try {
       while (heldUntil > now && !this.#closing) {
-        await this.#waitWake(heldUntil - now);
+        // Looked at again now and then: a hold may be lifted (ECHO.HOLD ms=0) or renewed.
+        await this.#waitWake(Math.min(heldUntil - now, HOLD_RECHECK_MS));
         if (this.#closing) break;
         const [limits, time] = await Promise.all([conn.call("ECHO.LIMITS", k.schedule), conn.time()]);
         heldUntil = heldUntilOf(limits);

@@ -74,3 +74,32 @@ test("a handler that throws synchronously, or a non-Error, fails the job with it
   const errors = Object.fromEntries((await queue.dead(0, 10)).map((r) => [r.id, r.error]));
   assert.deepEqual(errors, { sync: "thrown at once", string: "a plain string" });
 });
+
+test("entries read during a hold wait for its end; lifted, they run; closed meanwhile, they are given back", async () => {
+  const client = server.client();
+  const queue = new Queue(client, queueName("held"));
+  const k = queue.keys;
+  const ran = [];
+  await client.call("ECHO.HOLD", k.schedule, 600000);
+  let worker = new Worker(queue, async (job) => { ran.push(job.id); });
+  let running = worker.run();
+  const first = await queue.add("first");
+  await waitFor(async () => (await queue.counts()).inFlight === 1, "the entry to be read");
+  await worker.close();
+  await running;
+  assert.deepEqual(ran, []);
+  assert.deepEqual(await queue.counts(), { scheduled: 0, due: 0, pending: 1, inFlight: 0, dead: 0 });
+
+  worker = new Worker(queue, async (job) => { ran.push(job.id); });
+  running = worker.run();
+  try {
+    await waitFor(async () => (await queue.counts()).inFlight === 1, "the entry to be read again");
+    assert.deepEqual(ran, []);
+    await client.call("ECHO.HOLD", k.schedule, 0);
+    await waitFor(() => ran.length === 1, "the job to run once the hold is lifted");
+  } finally {
+    await worker.close();
+    await running;
+  }
+  assert.deepEqual(ran, [first]);
+});
