@@ -36,6 +36,8 @@ const MAX_HOLD_MS = 86400000;
 const HOLD_RECHECK_MS = 1000;
 const MAX_ERROR_BYTES = 4096;
 
+const ignore = () => {};
+
 function positiveInteger(options, name, min) {
   const v = options[name];
   if (!Number.isInteger(v) || v < min) throw new RangeError(`${name} is an integer >= ${min}, not ${v}`);
@@ -271,7 +273,10 @@ export class Worker extends EventEmitter {
           "STREAMS", k.pending, ">");
         const limits = reader.call("ECHO.LIMITS", k.schedule);
         const time = reader.time();
+        // Each reply is awaited below only if the read succeeds: none may go unhandled.
         if (promote) promote.catch((e) => this.#report(e));
+        limits.catch(ignore);
+        time.catch(ignore);
         const got = await read;
         if (got) for (const [, list] of got) entriesOf(list, entries);
         try {
@@ -308,6 +313,8 @@ export class Worker extends EventEmitter {
       const claim = conn.xautoclaim(k.pending, GROUP, this.consumer, this.leaseMs, "0-0", "COUNT", free);
       const limits = conn.call("ECHO.LIMITS", k.schedule);
       const time = conn.time();
+      limits.catch(ignore);
+      time.catch(ignore);
       const [, list] = await claim;
       entriesOf(list, entries);
       const heldUntil = heldUntilOf(await limits);
