@@ -103,3 +103,31 @@ test("entries read during a hold wait for its end; lifted, they run; closed mean
   }
   assert.deepEqual(ran, [first]);
 });
+
+test("a worker whose connections are killed reconnects and runs every job", async () => {
+  const client = server.client();
+  const admin = server.client();
+  const queue = new Queue(client, queueName("reconnect"));
+  const ran = new Map();
+  const errors = [];
+  const worker = new Worker(queue, async (job) => { ran.set(job.id, (ran.get(job.id) || 0) + 1); },
+    { concurrency: 5, leaseMs: 1000 });
+  worker.on("error", (e) => errors.push(e));
+  const running = worker.run();
+  const ids = [];
+  try {
+    await new Promise((r) => worker.once("ready", r));
+    ids.push(...await queue.addMany(["a", "b", "c"]));
+    await waitFor(() => ran.size === 3, "the first jobs");
+    // Every other client of the server, the worker's two connections among them.
+    assert.ok(await admin.client("KILL", "TYPE", "normal", "SKIPME", "yes") >= 2);
+    ids.push(...await queue.addMany(["d", "e", "f"]));
+    await waitFor(() => ran.size === 6, "the jobs added after the kill", 30000);
+  } finally {
+    await worker.close();
+    await running;
+  }
+  for (const id of ids) assert.ok(ran.get(id) >= 1);
+  await waitFor(async () => (await queue.counts()).inFlight === 0, "every outcome written");
+  assert.deepEqual(await queue.counts(), { scheduled: 0, due: 0, pending: 0, inFlight: 0, dead: 0 });
+});
