@@ -84,7 +84,6 @@ export class Worker extends EventEmitter {
   #conn;
   #reader = null;
   #readerId = null;
-  #retryArgs;
 
   #running = false;
   #closing = false;
@@ -123,7 +122,6 @@ export class Worker extends EventEmitter {
     this.#keys = queue.keys;
     this.#conn = queue.connection;
     this.consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
-    this.#retryArgs = [this.backoff, "MAXATTEMPTS", this.maxAttempts, "DEAD", this.#keys.dead];
   }
 
   get queue() {
@@ -495,7 +493,8 @@ export class Worker extends EventEmitter {
         holds++;
       }
       for (const f of failures) {
-        multi.call("ECHO.RETRY", k.schedule, f.id, this.#retryArgs[0], f.attempt, ...this.#retryArgs.slice(1));
+        multi.call("ECHO.RETRY", k.schedule, f.id, this.backoff, f.attempt, "MAXATTEMPTS", this.maxAttempts,
+          "DEAD", k.dead);
         attempts.push(f.id, f.attempt);
         errors.push(f.id, f.message);
         entries.push(f.entry);
