@@ -1,0 +1,122 @@
+// Type declarations for echomq (hand-written; the package is plain JavaScript).
+import type { EventEmitter } from "node:events";
+import type { Redis } from "iovalkey";
+
+/** A job's payload as given to add(): bytes, or a string (stored as UTF-8). */
+export type Payload = Buffer | Uint8Array | string;
+
+export interface AddOptions {
+  /** A caller's id: while a job with this id exists, add() changes nothing. */
+  id?: string;
+  /** Run no earlier than the server's now + delayMs. Default 0. */
+  delayMs?: number;
+}
+
+export interface Counts {
+  /** In the schedule, waiting for their time. */
+  scheduled: number;
+  /** In the schedule and due (held by a limit, or not promoted yet). */
+  due: number;
+  /** In the stream, not delivered yet. */
+  pending: number;
+  /** Delivered to a worker, not acknowledged yet. */
+  inFlight: number;
+  dead: number;
+}
+
+export interface DeadRecord {
+  id: string;
+  /** Time of death, server Unix ms. */
+  diedAtMs: number;
+  attempts: number;
+  /** The last failure's message (null when none was written). */
+  error: string | null;
+  /** null when the payload is gone. */
+  payload: Buffer | null;
+}
+
+/** Generates a time-ordered unique job id: `<13-digit Unix ms>-<16 hex digits>`. */
+export function newJobId(): string;
+
+export class Queue {
+  constructor(connection: Redis, name: string);
+  readonly connection: Redis;
+  readonly name: string;
+  readonly keys: {
+    readonly schedule: string;
+    readonly pending: string;
+    readonly dead: string;
+    readonly jobs: string;
+    readonly attempts: string;
+    readonly errors: string;
+  };
+  /** Adds a job; resolves to its id. */
+  add(payload: Payload, options?: AddOptions): Promise<string>;
+  /** Adds one job per payload, in transactions of up to 1,000; resolves to their ids in order. */
+  addMany(payloads: Iterable<Payload>): Promise<string[]>;
+  counts(): Promise<Counts>;
+  /** Dead jobs, oldest death first. Defaults: offset 0, count 100. */
+  dead(offset?: number, count?: number): Promise<DeadRecord[]>;
+  /** Dead -> pending with its attempts reset; false when the id is not dead. */
+  requeue(id: string): Promise<boolean>;
+  /** Removes a job wherever it waits; false when no such job exists. */
+  remove(id: string): Promise<boolean>;
+  /** Removes dead jobs that died at least olderThanMs ago (server clock); resolves to how many. */
+  purgeDead(olderThanMs: number): Promise<number>;
+}
+
+export interface Job {
+  readonly id: string;
+  readonly payload: Buffer;
+  /** 1 on the first run, n + 1 after n failures. */
+  readonly attempt: number;
+}
+
+export type Handler = (job: Job) => unknown | Promise<unknown>;
+
+export interface WorkerOptions {
+  /** Handlers running at once. Default 10. */
+  concurrency?: number;
+  /** An echomq backoff policy. Default "jitter:exponential:1000:3600000". */
+  backoff?: string;
+  /** The failure that sends a job to the dead set. Default 10. */
+  maxAttempts?: number;
+  /** A job unacknowledged this long by a worker that stopped renewing it is taken over. Default 30000. */
+  leaseMs?: number;
+  /** A job delivered more often than this without an outcome is failed unrun. Default 3. */
+  maxDeliveries?: number;
+  /** How long close() waits for running handlers. Default 10000. */
+  shutdownTimeoutMs?: number;
+}
+
+export class Worker extends EventEmitter {
+  constructor(queue: Queue, handler: Handler, options?: WorkerOptions);
+  readonly queue: Queue;
+  /** This worker's consumer name in the group: `<host>-<pid>-<6 hex>`. */
+  readonly consumer: string;
+  readonly concurrency: number;
+  readonly backoff: string;
+  readonly maxAttempts: number;
+  readonly leaseMs: number;
+  readonly maxDeliveries: number;
+  readonly shutdownTimeoutMs: number;
+  /** Works until close() (or SIGTERM while running); resolves after the shutdown. */
+  run(): Promise<void>;
+  /** Takes nothing new, waits for running handlers (up to shutdownTimeoutMs); resolves when run() has. */
+  close(): Promise<void>;
+
+  /** "ready": the group exists and the worker starts taking jobs. "error": a server error the worker survived. */
+  on(event: "ready", listener: () => void): this;
+  on(event: "error", listener: (error: Error) => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+  once(event: "ready", listener: () => void): this;
+  once(event: "error", listener: (error: Error) => void): this;
+  once(event: string | symbol, listener: (...args: any[]) => void): this;
+}
+
+/** Thrown by a handler when the dependency asked to wait (429/503 with Retry-After): the
+ * queue's schedule is held for `ms` for every worker, and the job is failed as usual. */
+export class RetryAfter extends Error {
+  constructor(ms: number, message?: string);
+  readonly ms: number;
+}

@@ -1,0 +1,3 @@
+// echomq: a job queue on a Valkey (or Redis) server with the echomq module.
+export { Queue, newJobId } from "./src/queue.js";
+export { Worker, RetryAfter } from "./src/worker.js";

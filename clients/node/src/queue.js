@@ -1,0 +1,203 @@
+import { randomBytes } from "node:crypto";
+import { GROUP, Script, queueKeys, timeMs } from "./keys.js";
+
+// add() with an id given by the caller: nothing happens while a job with that id exists.
+const ADD_WITH_ID = new Script(`
+-- KEYS: jobs pending schedule   ARGV: id payload delay_ms
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
+else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+return 1
+`, 3);
+
+// dead -> pending, attempts reset; nothing when the id is not dead.
+const REQUEUE = new Script(`
+-- KEYS: dead attempts errors pending   ARGV: id
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
+return 1
+`, 4);
+
+// Dead jobs that died at or before the server's now - older_than_ms, removed for good, 1,000 a round.
+const PURGE_DEAD = new Script(`
+-- KEYS: dead jobs attempts errors   ARGV: older_than_ms
+local t = redis.call('TIME')
+local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
+cutoff = string.format('%.0f', cutoff)
+local total = 0
+while true do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, 1000)
+  if #ids == 0 then break end
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('HDEL', KEYS[2], unpack(ids))
+  redis.call('HDEL', KEYS[3], unpack(ids))
+  redis.call('HDEL', KEYS[4], unpack(ids))
+  total = total + #ids
+end
+return total
+`, 4);
+
+const ADD_MANY_CHUNK = 1000;
+
+// A time-ordered unique id: the client's Unix ms as 13 digits, '-', 16 random hex digits.
+let pool = Buffer.alloc(0);
+let poolAt = 0;
+export function newJobId() {
+  if (poolAt + 8 > pool.length) {
+    pool = randomBytes(8 * 512);
+    poolAt = 0;
+  }
+  const hex = pool.toString("hex", poolAt, poolAt + 8);
+  poolAt += 8;
+  return `${String(Date.now()).padStart(13, "0")}-${hex}`;
+}
+
+function checkPayload(payload) {
+  if (typeof payload !== "string" && !Buffer.isBuffer(payload) && !(payload instanceof Uint8Array)) {
+    throw new TypeError("a payload is a Buffer, a Uint8Array or a string");
+  }
+  return payload instanceof Uint8Array && !Buffer.isBuffer(payload)
+    ? Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength)
+    : payload;
+}
+
+function checkDelay(delayMs) {
+  if (!Number.isInteger(delayMs) || delayMs < 0) throw new RangeError("delayMs is an integer >= 0");
+  return delayMs;
+}
+
+// The replies of a MULTI/EXEC (or pipeline), failing on the first error.
+export async function replies(pipeline) {
+  const result = await pipeline.exec();
+  if (!result) throw new Error("transaction aborted");
+  return result.map(([e, r]) => {
+    if (e) throw e;
+    return r;
+  });
+}
+
+export class Queue {
+  constructor(connection, name) {
+    if (!connection || typeof connection.multi !== "function") {
+      throw new TypeError("a Queue needs an iovalkey Redis connection");
+    }
+    this.connection = connection;
+    this.name = name;
+    this.keys = queueKeys(name);
+  }
+
+  async add(payload, { id, delayMs = 0 } = {}) {
+    payload = checkPayload(payload);
+    checkDelay(delayMs);
+    const k = this.keys;
+    if (id !== undefined && id !== null) {
+      if (typeof id !== "string" || id === "") throw new TypeError("a job id is a non-empty string");
+      await ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, payload, String(delayMs)]);
+      return id;
+    }
+    id = newJobId();
+    const multi = this.connection.multi().hset(k.jobs, id, payload);
+    if (delayMs > 0) multi.call("ECHO.SCHEDULE", k.schedule, id, delayMs);
+    else multi.xadd(k.pending, "*", "job", id);
+    await replies(multi);
+    return id;
+  }
+
+  async addMany(payloads) {
+    const list = Array.from(payloads, checkPayload);
+    const k = this.keys;
+    const ids = list.map(() => newJobId());
+    const sent = [];
+    // Every chunk's MULTI is written at once: the transactions travel pipelined.
+    for (let start = 0; start < list.length; start += ADD_MANY_CHUNK) {
+      const multi = this.connection.multi();
+      const end = Math.min(start + ADD_MANY_CHUNK, list.length);
+      for (let i = start; i < end; i++) multi.hset(k.jobs, ids[i], list[i]).xadd(k.pending, "*", "job", ids[i]);
+      sent.push(replies(multi));
+    }
+    await Promise.all(sent);
+    return ids;
+  }
+
+  async counts() {
+    const k = this.keys;
+    const now = timeMs(await this.connection.time());
+    const p = this.connection.pipeline()
+      .zcard(k.schedule)
+      .zcount(k.schedule, "-inf", now)
+      .xlen(k.pending)
+      .xpending(k.pending, GROUP)
+      .zcard(k.dead);
+    const result = await p.exec();
+    const value = (i) => {
+      const [e, r] = result[i];
+      if (e) {
+        // No group yet: nothing has been delivered.
+        if (i === 3 && String(e.message).startsWith("NOGROUP")) return null;
+        throw e;
+      }
+      return r;
+    };
+    const scheduled = Number(value(0));
+    const due = Number(value(1));
+    const length = Number(value(2));
+    const summary = value(3);
+    const inFlight = summary ? Number(summary[0]) : 0;
+    return {
+      scheduled: scheduled - due,
+      due,
+      pending: Math.max(0, length - inFlight),
+      inFlight,
+      dead: Number(value(4)),
+    };
+  }
+
+  async dead(offset = 0, count = 100) {
+    if (!Number.isInteger(offset) || offset < 0) throw new RangeError("offset is an integer >= 0");
+    if (!Number.isInteger(count) || count < 0) throw new RangeError("count is an integer >= 0");
+    if (count === 0) return [];
+    const k = this.keys;
+    const flat = await this.connection.zrange(k.dead, offset, offset + count - 1, "WITHSCORES");
+    if (!flat.length) return [];
+    const p = this.connection.pipeline();
+    const ids = [];
+    const scores = [];
+    for (let i = 0; i < flat.length; i += 2) {
+      ids.push(flat[i]);
+      scores.push(Number(flat[i + 1]));
+      p.hget(k.attempts, flat[i]).hget(k.errors, flat[i]).hgetBuffer(k.jobs, flat[i]);
+    }
+    const r = await replies(p);
+    return ids.map((id, i) => ({
+      id,
+      diedAtMs: scores[i],
+      attempts: r[3 * i] === null ? 0 : Number(r[3 * i]),
+      error: r[3 * i + 1],
+      payload: r[3 * i + 2],
+    }));
+  }
+
+  async requeue(id) {
+    const k = this.keys;
+    return (await REQUEUE.run(this.connection, [k.dead, k.attempts, k.errors, k.pending], [id])) === 1;
+  }
+
+  async remove(id) {
+    const k = this.keys;
+    const r = await replies(this.connection.multi()
+      .zrem(k.schedule, id)
+      .zrem(k.dead, id)
+      .hdel(k.jobs, id)
+      .hdel(k.attempts, id)
+      .hdel(k.errors, id));
+    return r[2] === 1;
+  }
+
+  async purgeDead(olderThanMs) {
+    if (!Number.isInteger(olderThanMs) || olderThanMs < 0) throw new RangeError("olderThanMs is an integer >= 0");
+    const k = this.keys;
+    return Number(await PURGE_DEAD.run(this.connection, [k.dead, k.jobs, k.attempts, k.errors], [String(olderThanMs)]));
+  }
+}

@@ -1,0 +1,543 @@
+import { EventEmitter } from "node:events";
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { GROUP, timeMs } from "./keys.js";
+
+// What a handler throws when the dependency answered 429 or 503 with a Retry-After: the
+// queue's schedule is held for `ms` (no worker gets more of its jobs meanwhile) and the
+// job is failed as usual.
+export class RetryAfter extends Error {
+  constructor(ms, message) {
+    if (!Number.isFinite(ms) || ms < 0) throw new RangeError("RetryAfter needs a number of ms >= 0");
+    super(message ?? `retry after ${ms} ms`);
+    this.name = "RetryAfter";
+    this.ms = ms;
+  }
+}
+
+const DEFAULTS = {
+  concurrency: 10,
+  backoff: "jitter:exponential:1000:3600000",
+  maxAttempts: 10,
+  leaseMs: 30000,
+  maxDeliveries: 3,
+  shutdownTimeoutMs: 10000,
+};
+
+const PROMOTE_LIMIT = 1000;
+// A read blocks this long when the worker promotes the queue itself, so a due job waits
+// at most about that; when the server promotes it, the read only needs to come back now
+// and then (to see a changed configuration).
+const BLOCK_SELF_PROMOTING_MS = 100;
+const BLOCK_SERVER_PROMOTING_MS = 1000;
+const QUEUES_CHECK_MS = 10000;
+const ERROR_PAUSE_MS = 1000;
+const MAX_HOLD_MS = 86400000;
+const HOLD_RECHECK_MS = 1000;
+const MAX_ERROR_BYTES = 4096;
+
+const ignore = () => {};
+
+function positiveInteger(options, name, min) {
+  const v = options[name];
+  if (!Number.isInteger(v) || v < min) throw new RangeError(`${name} is an integer >= ${min}, not ${v}`);
+  return v;
+}
+
+// The error's text, cut to 4,096 bytes on a character boundary.
+function errorText(error) {
+  let text = error instanceof Error ? error.message || String(error) : String(error);
+  const bytes = Buffer.from(text, "utf8");
+  if (bytes.length <= MAX_ERROR_BYTES) return text;
+  let end = MAX_ERROR_BYTES;
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--;
+  return bytes.toString("utf8", 0, end);
+}
+
+// [entry id, job id] of each entry of an XREADGROUP/XAUTOCLAIM entry list; an entry
+// whose data is gone has job id null.
+function entriesOf(list, out) {
+  for (const item of list || []) {
+    if (!item) continue;
+    const [entry, fields] = item;
+    let job = null;
+    for (let i = 0; fields && i + 1 < fields.length; i += 2) {
+      if (fields[i] === "job") job = fields[i + 1];
+    }
+    out.push({ entry, job, deliveries: 1 });
+  }
+  return out;
+}
+
+function heldUntilOf(limits) {
+  if (!Array.isArray(limits)) return 0;
+  for (let i = 0; i + 1 < limits.length; i += 2) {
+    if (String(limits[i]) === "held-until-ms") return Number(limits[i + 1]) || 0;
+  }
+  return 0;
+}
+
+export class Worker extends EventEmitter {
+  #queue;
+  #handler;
+  #keys;
+  #conn;
+  #reader = null;
+  #readerId = null;
+
+  #running = false;
+  #closing = false;
+  #abandoned = false;
+  #runDone = null;
+  #waiters = new Set(); // the read loop's, a hold's or the drain's wait
+  #timers = [];
+  #selfPromote = true;
+  #nextTakeOver = 0; // Date.now() of the next takeover; the first is at once
+
+  #busy = 0; // slots taken: entries read (or reserved for a read) whose outcome is not settled
+  #inHand = new Map(); // entry id -> job id, for the lease
+  #okEntries = [];
+  #okIds = [];
+  #failures = [];
+  #dropped = [];
+  #flushing = null;
+  #holdsUnsent = 0; // RetryAfter outcomes whose ECHO.HOLD is not written yet: no read meanwhile
+  #tickScheduled = false;
+
+  constructor(queue, handler, options = {}) {
+    super();
+    if (!queue || !queue.keys || !queue.connection) throw new TypeError("a Worker needs a Queue");
+    if (typeof handler !== "function") throw new TypeError("a Worker needs a handler function");
+    const o = { ...DEFAULTS };
+    for (const [k, v] of Object.entries(options || {})) if (v !== undefined) o[k] = v;
+    this.concurrency = positiveInteger(o, "concurrency", 1);
+    this.maxAttempts = positiveInteger(o, "maxAttempts", 1);
+    this.leaseMs = positiveInteger(o, "leaseMs", 3);
+    this.maxDeliveries = positiveInteger(o, "maxDeliveries", 1);
+    this.shutdownTimeoutMs = positiveInteger(o, "shutdownTimeoutMs", 0);
+    if (typeof o.backoff !== "string" || o.backoff === "") throw new TypeError("backoff is an echomq policy string");
+    this.backoff = o.backoff;
+    this.#queue = queue;
+    this.#handler = handler;
+    this.#keys = queue.keys;
+    this.#conn = queue.connection;
+    this.consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
+  }
+
+  get queue() {
+    return this.#queue;
+  }
+
+  async run() {
+    if (this.#running) throw new Error("this worker is already running");
+    this.#running = true;
+    this.#closing = false;
+    this.#abandoned = false;
+    this.#busy = 0;
+    this.#holdsUnsent = 0;
+    let finish;
+    this.#runDone = new Promise((resolve) => { finish = resolve; });
+    const onTerm = () => { this.close(); };
+    process.on("SIGTERM", onTerm);
+    try {
+      this.#reader = this.#conn.duplicate();
+      this.#reader.on("error", (e) => this.#report(e));
+      this.#reader.on("ready", () => { this.#readerId = null; }); // a new connection, a new id
+      // A policy the server refuses would make every failure's ECHO.RETRY fail after the
+      // entry is acknowledged: refused here instead, in the server's words (ECHO.DELAY
+      // checks it as ECHO.RETRY does and writes nothing).
+      await this.#conn.call("ECHO.DELAY", this.backoff, 1);
+      await this.#createGroup();
+      await this.#checkQueues();
+      if (!this.#closing) {
+        this.emit("ready");
+        this.#every(Math.max(1, Math.floor(this.leaseMs / 3)), () => this.#refreshLeases());
+        this.#every(QUEUES_CHECK_MS, () => this.#checkQueues());
+        await this.#readLoop();
+      }
+      await this.#drain();
+    } finally {
+      for (const t of this.#timers) clearInterval(t);
+      this.#timers = [];
+      process.off("SIGTERM", onTerm);
+      if (this.#reader) this.#reader.disconnect();
+      this.#reader = null;
+      this.#readerId = null;
+      this.#running = false;
+      finish();
+    }
+  }
+
+  // Take nothing new, let the running handlers finish (up to shutdownTimeoutMs) and
+  // write their outcomes; resolves when run() has returned.
+  close() {
+    if (!this.#running) return Promise.resolve();
+    if (!this.#closing) {
+      this.#closing = true;
+      this.#wakeUp();
+      // A read blocked in the server comes back at once (at worst, after its BLOCK).
+      if (this.#readerId !== null) {
+        this.#conn.client("UNBLOCK", this.#readerId, "TIMEOUT").catch(() => {});
+      }
+    }
+    return this.#runDone;
+  }
+
+  #report(e) {
+    if (this.listenerCount("error") > 0) this.emit("error", e);
+    else console.error(`echomq worker ${this.consumer}: ${e && e.message ? e.message : e}`);
+  }
+
+  #every(ms, fn) {
+    const t = setInterval(fn, ms);
+    t.unref();
+    this.#timers.push(t);
+  }
+
+  #wakeUp() {
+    if (!this.#waiters.size) return;
+    const waiters = [...this.#waiters];
+    this.#waiters.clear();
+    for (const w of waiters) w();
+  }
+
+  // Resolves at the next wake-up or after ms (when given).
+  #waitWake(ms) {
+    return new Promise((resolve) => {
+      let t = null;
+      const done = () => {
+        if (t) clearTimeout(t);
+        this.#waiters.delete(done);
+        resolve();
+      };
+      this.#waiters.add(done);
+      if (ms !== undefined) t = setTimeout(done, Math.max(0, ms));
+    });
+  }
+
+  async #createGroup() {
+    try {
+      await this.#conn.xgroup("CREATE", this.#keys.pending, GROUP, "0", "MKSTREAM");
+    } catch (e) {
+      if (!String(e.message).startsWith("BUSYGROUP")) throw e;
+    }
+  }
+
+  async #checkQueues() {
+    try {
+      const pairs = await this.#conn.call("ECHO.QUEUES");
+      const k = this.#keys;
+      this.#selfPromote = !pairs.some((p) => String(p[0]) === k.schedule && String(p[1]) === k.pending);
+    } catch (e) {
+      this.#selfPromote = true;
+      this.#report(e);
+    }
+  }
+
+  async #readLoop() {
+    const k = this.#keys;
+    this.#nextTakeOver = 0;
+    while (!this.#closing) {
+      const free = this.concurrency - this.#busy;
+      if (free <= 0 || this.#holdsUnsent > 0) {
+        await this.#waitWake();
+        continue;
+      }
+      if (Date.now() >= this.#nextTakeOver) {
+        // Step 7, between reads on this connection (a takeover must not wait for a
+        // blocked read, nor overfill the slots beside it).
+        this.#nextTakeOver = Date.now() + this.leaseMs / 2;
+        if (this.#readerId === null) {
+          await this.#reader.client("ID").then((id) => { this.#readerId = id; }, (e) => this.#report(e));
+        }
+        await this.#takeOver(this.#reader);
+        continue;
+      }
+      this.#busy += free; // reserved: a takeover meanwhile does not overfill the slots
+      let entries = [];
+      let heldUntil = 0;
+      let now = 0;
+      const reader = this.#reader;
+      try {
+        if (this.#readerId === null) this.#readerId = await reader.client("ID");
+        const selfPromote = this.#selfPromote;
+        // Back in time for the next takeover.
+        const block = Math.max(1, Math.min(selfPromote ? BLOCK_SELF_PROMOTING_MS : BLOCK_SERVER_PROMOTING_MS,
+          Math.ceil(this.#nextTakeOver - Date.now())));
+        const promote = selfPromote
+          ? reader.call("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", PROMOTE_LIMIT)
+          : null;
+        const read = reader.xreadgroup("GROUP", GROUP, this.consumer, "COUNT", free, "BLOCK", block,
+          "STREAMS", k.pending, ">");
+        const limits = reader.call("ECHO.LIMITS", k.schedule);
+        const time = reader.time();
+        // Each reply is awaited below only if the read succeeds: none may go unhandled.
+        if (promote) promote.catch((e) => this.#report(e));
+        limits.catch(ignore);
+        time.catch(ignore);
+        const got = await read;
+        if (got) for (const [, list] of got) entriesOf(list, entries);
+        try {
+          heldUntil = heldUntilOf(await limits);
+          now = timeMs(await time);
+        } catch (e) {
+          this.#report(e);
+        }
+      } catch (e) {
+        this.#busy -= free;
+        if (String(e.message).startsWith("NOGROUP")) {
+          await this.#createGroup().catch((e2) => this.#report(e2));
+        } else if (!this.#closing) {
+          this.#report(e);
+          this.#readerId = null;
+          await this.#waitWake(ERROR_PAUSE_MS);
+        }
+        continue;
+      }
+      this.#busy -= free - entries.length;
+      if (entries.length) await this.#begin(entries, heldUntil, now, reader);
+    }
+  }
+
+  // Step 7: the entries of a dead or stuck worker, when slots are free.
+  async #takeOver(conn) {
+    const free = this.concurrency - this.#busy;
+    if (free <= 0 || this.#closing) return;
+    this.#busy += free;
+    let reserved = free; // slots this takeover holds that #begin does not account for yet
+    const entries = [];
+    const k = this.#keys;
+    try {
+      const claim = conn.xautoclaim(k.pending, GROUP, this.consumer, this.leaseMs, "0-0", "COUNT", free);
+      const limits = conn.call("ECHO.LIMITS", k.schedule);
+      const time = conn.time();
+      limits.catch(ignore);
+      time.catch(ignore);
+      const [, list] = await claim;
+      entriesOf(list, entries);
+      const heldUntil = heldUntilOf(await limits);
+      const now = timeMs(await time);
+      this.#busy -= reserved - entries.length;
+      reserved = entries.length;
+      this.#wakeUp();
+      if (entries.length) {
+        const p = conn.pipeline();
+        for (const e of entries) p.xpending(k.pending, GROUP, e.entry, e.entry, 1);
+        const rows = await p.exec();
+        rows.forEach(([err, r], i) => {
+          entries[i].deliveries = !err && r && r.length ? Number(r[0][3]) : 1;
+        });
+        reserved = 0;
+        await this.#begin(entries, heldUntil, now, conn);
+      }
+    } catch (e) {
+      this.#busy -= reserved;
+      this.#wakeUp();
+      if (String(e.message).startsWith("NOGROUP")) await this.#createGroup().catch((e2) => this.#report(e2));
+      else this.#report(e);
+    }
+  }
+
+  // Frees the slots of entries that never started (they stay leased to this consumer
+  // until the lease expires or they are given back).
+  #release(entries) {
+    for (const e of entries) this.#inHand.delete(e.entry);
+    this.#busy -= entries.length;
+    this.#wakeUp();
+  }
+
+  // Runs entries taken by a read or a takeover: waits out a hold, reads the payloads
+  // and attempts in one pipeline, starts the handlers.
+  async #begin(entries, heldUntil, now, conn) {
+    const k = this.#keys;
+    for (const e of entries) this.#inHand.set(e.entry, e.job);
+    try {
+      while (heldUntil > now && !this.#closing) {
+        // Looked at again now and then: a hold may be lifted (ECHO.HOLD ms=0) or renewed.
+        await this.#waitWake(Math.min(heldUntil - now, HOLD_RECHECK_MS));
+        if (this.#closing) break;
+        const [limits, time] = await Promise.all([conn.call("ECHO.LIMITS", k.schedule), conn.time()]);
+        heldUntil = heldUntilOf(limits);
+        now = timeMs(time);
+      }
+      if (this.#closing) {
+        await this.#giveBack(entries);
+        return;
+      }
+      const ids = [];
+      for (const e of entries) if (e.job !== null) ids.push(e.job);
+      let payloads = [];
+      let attempts = [];
+      if (ids.length) {
+        [payloads, attempts] = await Promise.all([
+          conn.hmgetBuffer(k.jobs, ...ids),
+          conn.hmget(k.attempts, ...ids),
+        ]);
+      }
+      let i = 0;
+      for (const e of entries) {
+        if (e.job === null) {
+          this.#drop(e.entry);
+          continue;
+        }
+        const payload = payloads[i];
+        const attempt = (attempts[i] === null ? 0 : Number(attempts[i])) + 1;
+        i++;
+        if (payload === null) {
+          this.#drop(e.entry); // removed: acknowledged, nothing runs
+        } else if (e.deliveries > this.maxDeliveries) {
+          this.#settle(e.entry, e.job, attempt, new Error(`delivered ${e.deliveries} times without an outcome`));
+        } else {
+          this.#start(e.entry, e.job, payload, attempt);
+        }
+      }
+    } catch (err) {
+      this.#report(err);
+      this.#release(entries.filter((e) => this.#inHand.has(e.entry)));
+    }
+  }
+
+  // Entries taken but never started, put back as new entries for any worker.
+  async #giveBack(entries) {
+    const k = this.#keys;
+    const multi = this.#conn.multi();
+    for (const e of entries) {
+      multi.xack(k.pending, GROUP, e.entry).xdel(k.pending, e.entry);
+      if (e.job !== null) multi.xadd(k.pending, "*", "job", e.job);
+    }
+    try {
+      await multi.exec();
+    } catch (err) {
+      this.#report(err);
+    }
+    this.#release(entries);
+  }
+
+  #start(entry, id, payload, attempt) {
+    let result;
+    try {
+      result = this.#handler({ id, payload, attempt });
+    } catch (err) {
+      this.#settle(entry, id, attempt, err === null || err === undefined ? new Error(String(err)) : err);
+      return;
+    }
+    if (result && typeof result.then === "function") {
+      result.then(
+        () => this.#settle(entry, id, attempt, null),
+        (err) => this.#settle(entry, id, attempt, err === null || err === undefined ? new Error(String(err)) : err),
+      );
+    } else {
+      this.#settle(entry, id, attempt, null);
+    }
+  }
+
+  #drop(entry) {
+    if (!this.#inHand.delete(entry)) return;
+    this.#busy--;
+    this.#dropped.push(entry);
+    this.#scheduleTick();
+  }
+
+  #settle(entry, id, attempt, error) {
+    if (this.#abandoned || !this.#inHand.delete(entry)) return; // left to another worker at shutdown
+    this.#busy--;
+    if (error === null) {
+      this.#okEntries.push(entry);
+      this.#okIds.push(id);
+    } else {
+      let holdMs = null;
+      if (error instanceof RetryAfter) {
+        holdMs = Math.min(MAX_HOLD_MS, Math.max(0, Math.round(error.ms)));
+        this.#holdsUnsent++;
+      }
+      this.#failures.push({ entry, id, attempt, message: errorText(error), holdMs });
+    }
+    this.#scheduleTick();
+  }
+
+  // Outcomes settled in one turn of the event loop go out together; the read loop
+  // sees the freed slots.
+  #scheduleTick() {
+    if (this.#tickScheduled) return;
+    this.#tickScheduled = true;
+    setImmediate(() => {
+      this.#tickScheduled = false;
+      this.#flush();
+      this.#wakeUp();
+    });
+  }
+
+  // Steps 3-5: one MULTI for everything settled since the last one was sent; while it
+  // is on the wire, new outcomes wait for the next.
+  #flush() {
+    if (this.#flushing) return;
+    if (!this.#okEntries.length && !this.#failures.length && !this.#dropped.length) return;
+    const k = this.#keys;
+    const okEntries = this.#okEntries;
+    const okIds = this.#okIds;
+    const failures = this.#failures;
+    const dropped = this.#dropped;
+    this.#okEntries = [];
+    this.#okIds = [];
+    this.#failures = [];
+    this.#dropped = [];
+    const multi = this.#conn.multi();
+    const entries = okEntries.concat(dropped);
+    let holds = 0;
+    if (failures.length) {
+      const attempts = [];
+      const errors = [];
+      for (const f of failures) {
+        if (f.holdMs === null) continue;
+        multi.call("ECHO.HOLD", k.schedule, f.holdMs);
+        holds++;
+      }
+      for (const f of failures) {
+        multi.call("ECHO.RETRY", k.schedule, f.id, this.backoff, f.attempt, "MAXATTEMPTS", this.maxAttempts,
+          "DEAD", k.dead);
+        attempts.push(f.id, f.attempt);
+        errors.push(f.id, f.message);
+        entries.push(f.entry);
+      }
+      multi.hset(k.attempts, ...attempts).hset(k.errors, ...errors);
+    }
+    multi.xack(k.pending, GROUP, ...entries).xdel(k.pending, ...entries);
+    if (okIds.length) multi.hdel(k.jobs, ...okIds).hdel(k.attempts, ...okIds).hdel(k.errors, ...okIds);
+    this.#flushing = multi.exec().then(
+      (result) => {
+        if (!result) this.#report(new Error("an outcome transaction was aborted"));
+        else for (const [e] of result) if (e) this.#report(e);
+      },
+      (e) => this.#report(e),
+    ).finally(() => {
+      this.#holdsUnsent -= holds;
+      this.#flushing = null;
+      this.#flush();
+      this.#wakeUp();
+    });
+  }
+
+  // Step 6: the entries still running keep their lease.
+  #refreshLeases() {
+    if (!this.#inHand.size) return;
+    this.#conn.xclaim(this.#keys.pending, GROUP, this.consumer, 0, ...this.#inHand.keys(), "JUSTID")
+      .catch((e) => this.#report(e));
+  }
+
+  // Step 8: the running handlers get up to shutdownTimeoutMs; their outcomes are sent.
+  async #drain() {
+    const deadline = Date.now() + this.shutdownTimeoutMs;
+    while (this.#busy > 0 && Date.now() < deadline) await this.#waitWake(deadline - Date.now());
+    if (this.#busy > 0) {
+      // Left in the group, unacknowledged: another worker takes them over after the lease.
+      this.#abandoned = true;
+      this.#inHand.clear();
+    }
+    for (;;) {
+      if (this.#tickScheduled) await new Promise((r) => setImmediate(r));
+      this.#flush();
+      if (!this.#flushing) break;
+      await this.#flushing;
+    }
+  }
+}
