@@ -571,3 +571,52 @@ fn a_job_that_kills_every_worker_ends_in_the_dead_set() {
         assert_eq!(records[0].payload_hex, hex(b"payload-0"));
     }
 }
+
+/// A worker killed mid-job (SIGKILL) in one language: its jobs are taken
+/// over after the lease by a worker of another language and each done once;
+/// none is lost.
+#[test]
+fn a_killed_workers_jobs_are_done_by_another_language() {
+    if ready(
+        "a_killed_workers_jobs_are_done_by_another_language",
+        &[Python, Node, Rust],
+    )
+    .is_none()
+    {
+        return;
+    }
+    let server = Server::start();
+    let url = server.url();
+    let mut con = server.conn();
+    for (victim, heir) in [(Python, Rust), (Rust, Node), (Node, Python)] {
+        let queue = format!("kill-{victim:?}-{heir:?}").to_lowercase();
+        let started = format!("{{{queue}}}:started");
+        let done = format!("{{{queue}}}:done");
+        let lease = ["--lease-ms", "500"];
+        let mut args = vec!["--url", &url, "--queue", &queue, "--started", &started];
+        args.extend(["--sleep-ms", "60000", "--concurrency", "3"]);
+        args.extend(lease);
+        let mut doomed = Worker::start(victim, &args);
+        added_from(victim, &url, &queue, 3, "k-");
+        wait_until("three jobs running", Duration::from_secs(20), || {
+            let n: i64 = run(&mut con, cmd("LLEN").arg(&started));
+            (n == 3).then_some(()).ok_or(format!("{n} running"))
+        });
+        doomed.child.kill().expect("SIGKILL");
+        doomed.child.wait().expect("reap");
+        let mut args = vec!["--url", &url, "--queue", &queue, "--done", &done];
+        args.extend(lease);
+        let heir_worker = Worker::start(heir, &args);
+        wait_done(&mut con, &done, 3, Duration::from_secs(30));
+        heir_worker.stop();
+        let counts = done_counts(&mut con, &done);
+        let want: BTreeSet<String> = (0..3).map(|i| format!("k-{i}")).collect();
+        assert_eq!(
+            counts.keys().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "{victim:?} → {heir:?}"
+        );
+        assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+        assert_queue_empty(&mut con, &queue);
+    }
+}

@@ -111,7 +111,9 @@ async fn work(options: &HashMap<String, String>) -> Result<(), String> {
             if crash {
                 // A job that kills whatever runs it: this process dies as under SIGKILL.
                 let pid = std::process::id().to_string();
-                let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid])
+                    .status();
                 std::process::abort();
             }
             tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
