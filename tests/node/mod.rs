@@ -65,7 +65,8 @@ pub fn node() -> PathBuf {
     std::env::var_os("ECHOMQ_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from)
 }
 
-fn install() -> Result<PathBuf, String> {
+/// Ok when `node()` is Node.js 18 or later, else why not.
+pub fn node_is_recent() -> Result<(), String> {
     let version = Command::new(node())
         .arg("--version")
         .output()
@@ -82,6 +83,11 @@ fn install() -> Result<PathBuf, String> {
     if major < 18 {
         return Err(format!("Node.js {version} is too old (18 or later needed)"));
     }
+    Ok(())
+}
+
+fn install() -> Result<PathBuf, String> {
+    node_is_recent()?;
     let dir = target_dir().join("node");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let lock = std::fs::read(source("tests/node/package-lock.json")).map_err(|e| e.to_string())?;
