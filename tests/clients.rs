@@ -70,18 +70,7 @@ fn node_ready() -> Result<(), String> {
             node::node_is_recent()?;
             let dir = source("clients/node");
             if !dir.join("node_modules/iovalkey").exists() {
-                let out = Command::new("npm")
-                    .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-                    .current_dir(&dir)
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|e| format!("npm is not installed ({e})"))?;
-                if !out.status.success() {
-                    return Err(format!(
-                        "`npm ci` in clients/node failed: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ));
-                }
+                node::npm_ci(&dir)?;
             }
             Ok(())
         })
