@@ -3,7 +3,7 @@
 # Valkey 8 (valkey-server, valkey-cli, valkey-benchmark) and libclang for bindgen.
 # Optional, each installed in CI (CI=true) and on request elsewhere:
 #   ECHOMQ_WITH_REDIS=1    Redis 7 (the compatibility suites)
-#   ECHOMQ_WITH_NODE=1     Node.js (18 or later) and npm (examples/worker.mjs and
+#   ECHOMQ_WITH_NODE=1     Node.js (18 or later) and npm (clients/node, examples/worker.mjs and
 #                          the browser tests; their packages go to target/node)
 #   ECHOMQ_WITH_BROWSER=1  Debian's chromium-headless-shell (tests/web's page tests)
 #   ECHOMQ_WITH_PROMTOOL=1 Prometheus's promtool, from Debian's prometheus package

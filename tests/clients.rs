@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{python_venv, run, target_dir, wait_until, Server};
+use common::{cargo_example, python_venv, run, target_dir, wait_until, Server};
 use node::or_skip;
 use redis::{cmd, Connection};
 
@@ -67,36 +67,10 @@ fn node_ready() -> Result<(), String> {
     static READY: OnceLock<Result<(), String>> = OnceLock::new();
     READY
         .get_or_init(|| {
-            let version = Command::new("node")
-                .arg("--version")
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .ok_or("node (Node.js) is not installed")?;
-            let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
-            let major: u32 = version
-                .trim_start_matches('v')
-                .split('.')
-                .next()
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(0);
-            if major < 18 {
-                return Err(format!("Node.js {version} is too old (18 or later needed)"));
-            }
+            node::node_is_recent()?;
             let dir = source("clients/node");
             if !dir.join("node_modules/iovalkey").exists() {
-                let out = Command::new("npm")
-                    .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-                    .current_dir(&dir)
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|e| format!("npm is not installed ({e})"))?;
-                if !out.status.success() {
-                    return Err(format!(
-                        "`npm ci` in clients/node failed: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ));
-                }
+                node::npm_ci(&dir)?;
             }
             Ok(())
         })
@@ -107,38 +81,20 @@ fn node_ready() -> Result<(), String> {
 /// for a `cargo test --test clients` that built no examples).
 fn rust_crossworker() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--release", "--quiet", "-p", "echomq-client"])
-            .args(["--example", "crossworker"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "cargo build --example crossworker failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = target_dir().join("release/examples/crossworker");
-        assert!(path.exists(), "{} is missing", path.display());
-        path
-    })
-    .clone()
+    PATH.get_or_init(|| cargo_example("echomq-client", "crossworker"))
+        .clone()
 }
 
-/// Whether every language a test needs is here; None (SKIPPED) otherwise.
-fn ready(test: &str, langs: &[Lang]) -> Option<()> {
-    for lang in langs {
-        match lang {
-            Python => or_skip(test, python().map(|_| ()))?,
-            Node => or_skip(test, node_ready())?,
-            Rust => {
-                rust_crossworker();
-            }
-        }
-    }
-    Some(())
+/// A server for a test of all three languages, its URL and a connection;
+/// None (SKIPPED) when a language is missing.
+fn three_languages(test: &str) -> Option<(Server, String, Connection)> {
+    or_skip(test, python().map(|_| ()))?;
+    or_skip(test, node_ready())?;
+    rust_crossworker();
+    let server = Server::start();
+    let url = server.url();
+    let con = server.conn();
+    Some((server, url, con))
 }
 
 /// The crossworker of `lang` with `args`.
@@ -150,7 +106,7 @@ fn crossworker(lang: Lang, args: &[&str]) -> Command {
             c
         }
         Node => {
-            let mut c = Command::new("node");
+            let mut c = Command::new(node::node());
             c.arg(source("clients/node/test/crossworker.mjs"));
             c
         }
@@ -277,13 +233,11 @@ fn added_from(lang: Lang, url: &str, queue: &str, count: usize, prefix: &str) ->
 /// A job added in one language is run by a worker of the next.
 #[test]
 fn a_job_added_in_one_language_runs_in_another() {
-    let test = "a_job_added_in_one_language_runs_in_another";
-    if ready(test, &[Python, Node, Rust]).is_none() {
+    let Some((_server, url, mut con)) =
+        three_languages("a_job_added_in_one_language_runs_in_another")
+    else {
         return;
-    }
-    let server = Server::start();
-    let url = server.url();
-    let mut con = server.conn();
+    };
     for (producer, consumer) in [(Python, Node), (Node, Rust), (Rust, Python)] {
         let queue = format!("x-{producer:?}-{consumer:?}").to_lowercase();
         let done = format!("{{{queue}}}:done");
@@ -350,17 +304,11 @@ fn hex(bytes: &[u8]) -> String {
 /// in the dead set from all three languages.
 #[test]
 fn the_dead_set_one_language_writes_the_others_read() {
-    if ready(
-        "the_dead_set_one_language_writes_the_others_read",
-        &[Python, Node, Rust],
-    )
-    .is_none()
-    {
+    let Some((_server, url, mut con)) =
+        three_languages("the_dead_set_one_language_writes_the_others_read")
+    else {
         return;
-    }
-    let server = Server::start();
-    let url = server.url();
-    let mut con = server.conn();
+    };
     let queue = "x-dead";
     added_from(Rust, &url, queue, 5, "rs-");
     let worker = Worker::start(
@@ -425,17 +373,11 @@ fn the_dead_set_one_language_writes_the_others_read() {
 /// every worker did some, nothing left behind.
 #[test]
 fn three_languages_share_ten_thousand_jobs_each_done_once() {
-    if ready(
-        "three_languages_share_ten_thousand_jobs_each_done_once",
-        &[Python, Node, Rust],
-    )
-    .is_none()
-    {
+    let Some((_server, url, mut con)) =
+        three_languages("three_languages_share_ten_thousand_jobs_each_done_once")
+    else {
         return;
-    }
-    let server = Server::start();
-    let url = server.url();
-    let mut con = server.conn();
+    };
     let queue = "x-shared";
     let workers: Vec<(Lang, String, Worker)> = [Python, Node, Rust]
         .into_iter()
@@ -498,17 +440,11 @@ fn three_languages_share_ten_thousand_jobs_each_done_once() {
 /// language, restarting the worker as a supervisor would.
 #[test]
 fn a_job_that_kills_every_worker_ends_in_the_dead_set() {
-    if ready(
-        "a_job_that_kills_every_worker_ends_in_the_dead_set",
-        &[Python, Node, Rust],
-    )
-    .is_none()
-    {
+    let Some((_server, url, mut con)) =
+        three_languages("a_job_that_kills_every_worker_ends_in_the_dead_set")
+    else {
         return;
-    }
-    let server = Server::start();
-    let url = server.url();
-    let mut con = server.conn();
+    };
     for lang in [Python, Node, Rust] {
         let queue = format!("poison-{lang:?}").to_lowercase();
         let dead_key = format!("{{{queue}}}:dead");
@@ -569,5 +505,48 @@ fn a_job_that_kills_every_worker_ends_in_the_dead_set() {
         assert_eq!(records[0].attempts, 1);
         assert_eq!(records[0].error, "delivered 3 times without an outcome");
         assert_eq!(records[0].payload_hex, hex(b"payload-0"));
+    }
+}
+
+/// A worker killed mid-job (SIGKILL) in one language: its jobs are taken
+/// over after the lease by a worker of another language and each done once;
+/// none is lost.
+#[test]
+fn a_killed_workers_jobs_are_done_by_another_language() {
+    let Some((_server, url, mut con)) =
+        three_languages("a_killed_workers_jobs_are_done_by_another_language")
+    else {
+        return;
+    };
+    for (victim, heir) in [(Python, Rust), (Rust, Node), (Node, Python)] {
+        let queue = format!("kill-{victim:?}-{heir:?}").to_lowercase();
+        let started = format!("{{{queue}}}:started");
+        let done = format!("{{{queue}}}:done");
+        let lease = ["--lease-ms", "500"];
+        let mut args = vec!["--url", &url, "--queue", &queue, "--started", &started];
+        args.extend(["--sleep-ms", "60000", "--concurrency", "3"]);
+        args.extend(lease);
+        let mut doomed = Worker::start(victim, &args);
+        added_from(victim, &url, &queue, 3, "k-");
+        wait_until("three jobs running", Duration::from_secs(20), || {
+            let n: i64 = run(&mut con, cmd("LLEN").arg(&started));
+            (n == 3).then_some(()).ok_or(format!("{n} running"))
+        });
+        doomed.child.kill().expect("SIGKILL");
+        doomed.child.wait().expect("reap");
+        let mut args = vec!["--url", &url, "--queue", &queue, "--done", &done];
+        args.extend(lease);
+        let heir_worker = Worker::start(heir, &args);
+        wait_done(&mut con, &done, 3, Duration::from_secs(30));
+        heir_worker.stop();
+        let counts = done_counts(&mut con, &done);
+        let want: BTreeSet<String> = (0..3).map(|i| format!("k-{i}")).collect();
+        assert_eq!(
+            counts.keys().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "{victim:?} → {heir:?}"
+        );
+        assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+        assert_queue_empty(&mut con, &queue);
     }
 }

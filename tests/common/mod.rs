@@ -536,22 +536,34 @@ pub fn target_dir() -> PathBuf {
 /// which do not, and a stale binary.
 pub fn rust_worker() -> &'static Path {
     static WORKER: OnceLock<PathBuf> = OnceLock::new();
-    WORKER.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--release", "--quiet", "--example", "worker"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "cargo build --example worker failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = target_dir().join("release/examples/worker");
-        assert!(path.exists(), "{} is missing", path.display());
-        path
-    })
+    WORKER.get_or_init(|| cargo_example("echomq", "worker"))
+}
+
+/// Builds the example `name` of the workspace's `package` (release) and
+/// returns its path.
+pub fn cargo_example(package: &str, name: &str) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            package,
+            "--example",
+            name,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo build -p {package} --example {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = target_dir().join("release/examples").join(name);
+    assert!(path.exists(), "{} is missing", path.display());
+    path
 }
 
 /// Polls `check` until it passes; panics with its last complaint after `within`.

@@ -65,7 +65,8 @@ pub fn node() -> PathBuf {
     std::env::var_os("ECHOMQ_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from)
 }
 
-fn install() -> Result<PathBuf, String> {
+/// Ok when `node()` is Node.js 18 or later, else why not.
+pub fn node_is_recent() -> Result<(), String> {
     let version = Command::new(node())
         .arg("--version")
         .output()
@@ -82,6 +83,29 @@ fn install() -> Result<PathBuf, String> {
     if major < 18 {
         return Err(format!("Node.js {version} is too old (18 or later needed)"));
     }
+    Ok(())
+}
+
+/// `npm ci` in `dir`: the packages of its package-lock.json, exactly.
+pub fn npm_ci(dir: &Path) -> Result<(), String> {
+    let out = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("npm is not installed ({e})"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`npm ci` in {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+fn install() -> Result<PathBuf, String> {
+    node_is_recent()?;
     let dir = target_dir().join("node");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let lock = std::fs::read(source("tests/node/package-lock.json")).map_err(|e| e.to_string())?;
@@ -92,19 +116,7 @@ fn install() -> Result<PathBuf, String> {
             std::fs::copy(source(&format!("tests/node/{f}")), dir.join(f))
                 .map_err(|e| format!("copy {f}: {e}"))?;
         }
-        let out = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("npm is not installed ({e})"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "`npm ci` in {} failed: {}",
-                dir.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
+        npm_ci(&dir)?;
         std::fs::write(&stamp, &lock).map_err(|e| e.to_string())?;
     }
     // Copied afresh each run so the test always runs the files in the repository.

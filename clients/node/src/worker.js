@@ -33,7 +33,10 @@ const BLOCK_SERVER_PROMOTING_MS = 1000;
 const QUEUES_CHECK_MS = 10000;
 const ERROR_PAUSE_MS = 1000;
 const MAX_HOLD_MS = 86400000;
+const HOLD_RECHECK_MS = 1000;
 const MAX_ERROR_BYTES = 4096;
+
+const ignore = () => {};
 
 function positiveInteger(options, name, min) {
   const v = options[name];
@@ -81,7 +84,6 @@ export class Worker extends EventEmitter {
   #conn;
   #reader = null;
   #readerId = null;
-  #retryArgs;
 
   #running = false;
   #closing = false;
@@ -99,6 +101,7 @@ export class Worker extends EventEmitter {
   #failures = [];
   #dropped = [];
   #flushing = null;
+  #holdsUnsent = 0; // RetryAfter outcomes whose ECHO.HOLD is not written yet: no read meanwhile
   #tickScheduled = false;
 
   constructor(queue, handler, options = {}) {
@@ -119,7 +122,6 @@ export class Worker extends EventEmitter {
     this.#keys = queue.keys;
     this.#conn = queue.connection;
     this.consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
-    this.#retryArgs = [this.backoff, "MAXATTEMPTS", this.maxAttempts, "DEAD", this.#keys.dead];
   }
 
   get queue() {
@@ -132,6 +134,7 @@ export class Worker extends EventEmitter {
     this.#closing = false;
     this.#abandoned = false;
     this.#busy = 0;
+    this.#holdsUnsent = 0;
     let finish;
     this.#runDone = new Promise((resolve) => { finish = resolve; });
     const onTerm = () => { this.close(); };
@@ -139,6 +142,11 @@ export class Worker extends EventEmitter {
     try {
       this.#reader = this.#conn.duplicate();
       this.#reader.on("error", (e) => this.#report(e));
+      this.#reader.on("ready", () => { this.#readerId = null; }); // a new connection, a new id
+      // A policy the server refuses would make every failure's ECHO.RETRY fail after the
+      // entry is acknowledged: refused here instead, in the server's words (ECHO.DELAY
+      // checks it as ECHO.RETRY does and writes nothing).
+      await this.#conn.call("ECHO.DELAY", this.backoff, 1);
       await this.#createGroup();
       await this.#checkQueues();
       if (!this.#closing) {
@@ -231,7 +239,7 @@ export class Worker extends EventEmitter {
     this.#nextTakeOver = 0;
     while (!this.#closing) {
       const free = this.concurrency - this.#busy;
-      if (free <= 0) {
+      if (free <= 0 || this.#holdsUnsent > 0) {
         await this.#waitWake();
         continue;
       }
@@ -263,7 +271,10 @@ export class Worker extends EventEmitter {
           "STREAMS", k.pending, ">");
         const limits = reader.call("ECHO.LIMITS", k.schedule);
         const time = reader.time();
+        // Each reply is awaited below only if the read succeeds: none may go unhandled.
         if (promote) promote.catch((e) => this.#report(e));
+        limits.catch(ignore);
+        time.catch(ignore);
         const got = await read;
         if (got) for (const [, list] of got) entriesOf(list, entries);
         try {
@@ -300,6 +311,8 @@ export class Worker extends EventEmitter {
       const claim = conn.xautoclaim(k.pending, GROUP, this.consumer, this.leaseMs, "0-0", "COUNT", free);
       const limits = conn.call("ECHO.LIMITS", k.schedule);
       const time = conn.time();
+      limits.catch(ignore);
+      time.catch(ignore);
       const [, list] = await claim;
       entriesOf(list, entries);
       const heldUntil = heldUntilOf(await limits);
@@ -340,7 +353,8 @@ export class Worker extends EventEmitter {
     for (const e of entries) this.#inHand.set(e.entry, e.job);
     try {
       while (heldUntil > now && !this.#closing) {
-        await this.#waitWake(heldUntil - now);
+        // Looked at again now and then: a hold may be lifted (ECHO.HOLD ms=0) or renewed.
+        await this.#waitWake(Math.min(heldUntil - now, HOLD_RECHECK_MS));
         if (this.#closing) break;
         const [limits, time] = await Promise.all([conn.call("ECHO.LIMITS", k.schedule), conn.time()]);
         heldUntil = heldUntilOf(limits);
@@ -432,7 +446,10 @@ export class Worker extends EventEmitter {
       this.#okIds.push(id);
     } else {
       let holdMs = null;
-      if (error instanceof RetryAfter) holdMs = Math.min(MAX_HOLD_MS, Math.max(0, Math.round(error.ms)));
+      if (error instanceof RetryAfter) {
+        holdMs = Math.min(MAX_HOLD_MS, Math.max(0, Math.round(error.ms)));
+        this.#holdsUnsent++;
+      }
       this.#failures.push({ entry, id, attempt, message: errorText(error), holdMs });
     }
     this.#scheduleTick();
@@ -466,12 +483,18 @@ export class Worker extends EventEmitter {
     this.#dropped = [];
     const multi = this.#conn.multi();
     const entries = okEntries.concat(dropped);
+    let holds = 0;
     if (failures.length) {
       const attempts = [];
       const errors = [];
-      for (const f of failures) if (f.holdMs !== null) multi.call("ECHO.HOLD", k.schedule, f.holdMs);
       for (const f of failures) {
-        multi.call("ECHO.RETRY", k.schedule, f.id, this.#retryArgs[0], f.attempt, ...this.#retryArgs.slice(1));
+        if (f.holdMs === null) continue;
+        multi.call("ECHO.HOLD", k.schedule, f.holdMs);
+        holds++;
+      }
+      for (const f of failures) {
+        multi.call("ECHO.RETRY", k.schedule, f.id, this.backoff, f.attempt, "MAXATTEMPTS", this.maxAttempts,
+          "DEAD", k.dead);
         attempts.push(f.id, f.attempt);
         errors.push(f.id, f.message);
         entries.push(f.entry);
@@ -487,6 +510,7 @@ export class Worker extends EventEmitter {
       },
       (e) => this.#report(e),
     ).finally(() => {
+      this.#holdsUnsent -= holds;
       this.#flushing = null;
       this.#flush();
       this.#wakeUp();

@@ -3,7 +3,7 @@
 //
 //   crossworker work --url URL --queue NAME [--done KEY] [--fail MSG] [--sleep-ms MS]
 //                    [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
-//                    [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY]
+//                    [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //   crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
 //   crossworker dead --url URL --queue NAME
 import { parseArgs } from "node:util";
@@ -29,6 +29,8 @@ async function work(values, connection, queue) {
   const side = connection.duplicate(); // the handler's own writes
   const worker = new Worker(queue, async (job) => {
     if (values.started) await side.rpush(values.started, job.id);
+    // A job that kills whatever runs it: this process dies as under SIGKILL.
+    if (values.crash) process.kill(process.pid, "SIGKILL");
     if (sleepMs > 0) await sleep(sleepMs);
     if (values.fail !== undefined) throw new Error(values.fail);
     if (values.done) await side.hincrby(values.done, job.id, 1);
@@ -97,6 +99,7 @@ async function main() {
       "max-deliveries": { type: "string" },
       "shutdown-timeout-ms": { type: "string" },
       started: { type: "string" },
+      crash: { type: "boolean" },
       count: { type: "string" },
       "id-prefix": { type: "string" },
       "delay-ms": { type: "string" },

@@ -48,6 +48,14 @@ test("options are checked; RetryAfter carries its ms", () => {
   assert.throws(() => new Queue(server.client(), ""), TypeError);
 });
 
+test("run() refuses a backoff policy the server refuses, in the server's words", async () => {
+  const queue = new Queue(server.client(), queueName("policy"));
+  const listeners = process.listenerCount("SIGTERM");
+  const worker = new Worker(queue, async () => {}, { backoff: "sometimes:100" });
+  await assert.rejects(worker.run(), /invalid policy/);
+  assert.equal(process.listenerCount("SIGTERM"), listeners);
+});
+
 test("a handler that throws synchronously, or a non-Error, fails the job with its text", async () => {
   const queue = new Queue(server.client(), queueName("sync-throw"));
   const worker = new Worker(queue, (job) => {
@@ -65,4 +73,61 @@ test("a handler that throws synchronously, or a non-Error, fails the job with it
   }
   const errors = Object.fromEntries((await queue.dead(0, 10)).map((r) => [r.id, r.error]));
   assert.deepEqual(errors, { sync: "thrown at once", string: "a plain string" });
+});
+
+test("entries read during a hold wait for its end; lifted, they run; closed meanwhile, they are given back", async () => {
+  const client = server.client();
+  const queue = new Queue(client, queueName("held"));
+  const k = queue.keys;
+  const ran = [];
+  await client.call("ECHO.HOLD", k.schedule, 600000);
+  let worker = new Worker(queue, async (job) => { ran.push(job.id); });
+  let running = worker.run();
+  const first = await queue.add("first");
+  await waitFor(async () => (await queue.counts()).inFlight === 1, "the entry to be read");
+  await worker.close();
+  await running;
+  assert.deepEqual(ran, []);
+  assert.deepEqual(await queue.counts(), { scheduled: 0, due: 0, pending: 1, inFlight: 0, dead: 0 });
+
+  worker = new Worker(queue, async (job) => { ran.push(job.id); });
+  running = worker.run();
+  try {
+    await waitFor(async () => (await queue.counts()).inFlight === 1, "the entry to be read again");
+    assert.deepEqual(ran, []);
+    await client.call("ECHO.HOLD", k.schedule, 0);
+    await waitFor(() => ran.length === 1, "the job to run once the hold is lifted");
+  } finally {
+    await worker.close();
+    await running;
+  }
+  assert.deepEqual(ran, [first]);
+});
+
+test("a worker whose connections are killed reconnects and runs every job", async () => {
+  const client = server.client();
+  const admin = server.client();
+  const queue = new Queue(client, queueName("reconnect"));
+  const ran = new Map();
+  const errors = [];
+  const worker = new Worker(queue, async (job) => { ran.set(job.id, (ran.get(job.id) || 0) + 1); },
+    { concurrency: 5, leaseMs: 1000 });
+  worker.on("error", (e) => errors.push(e));
+  const running = worker.run();
+  const ids = [];
+  try {
+    await new Promise((r) => worker.once("ready", r));
+    ids.push(...await queue.addMany(["a", "b", "c"]));
+    await waitFor(() => ran.size === 3, "the first jobs");
+    // Every other client of the server, the worker's two connections among them.
+    assert.ok(await admin.client("KILL", "TYPE", "normal", "SKIPME", "yes") >= 2);
+    ids.push(...await queue.addMany(["d", "e", "f"]));
+    await waitFor(() => ran.size === 6, "the jobs added after the kill", 30000);
+  } finally {
+    await worker.close();
+    await running;
+  }
+  for (const id of ids) assert.ok(ran.get(id) >= 1);
+  await waitFor(async () => (await queue.counts()).inFlight === 0, "every outcome written");
+  assert.deepEqual(await queue.counts(), { scheduled: 0, due: 0, pending: 0, inFlight: 0, dead: 0 });
 });

@@ -4,7 +4,7 @@
 //! ```text
 //! crossworker work --url URL --queue NAME [--done KEY] [--fail MSG] [--sleep-ms MS]
 //!                  [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
-//!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY]
+//!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
 //! crossworker dead --url URL --queue NAME
 //! ```
@@ -32,6 +32,10 @@ async fn main() -> ExitCode {
     let mut options = HashMap::new();
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
+        if flag == "--crash" {
+            options.insert("crash".to_string(), String::new());
+            continue;
+        }
         let (Some(name), Some(value)) = (flag.strip_prefix("--"), it.next()) else {
             eprintln!("crossworker: expected --option value, got {flag:?}\n{USAGE}");
             return ExitCode::from(2);
@@ -91,6 +95,7 @@ async fn work(options: &HashMap<String, String>) -> Result<(), String> {
     let done = options.get("done").cloned();
     let fail = options.get("fail").cloned();
     let sleep_ms = number(options, "sleep-ms", 0)?;
+    let crash = options.contains_key("crash");
     let conn = queue.connection();
     let handler = move |job: Job| {
         let (started, done, fail, mut conn) =
@@ -102,6 +107,14 @@ async fn work(options: &HashMap<String, String>) -> Result<(), String> {
                     .arg(&job.id)
                     .query_async::<()>(&mut conn)
                     .await?;
+            }
+            if crash {
+                // A job that kills whatever runs it: this process dies as under SIGKILL.
+                let pid = std::process::id().to_string();
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid])
+                    .status();
+                std::process::abort();
             }
             tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
             if let Some(message) = fail {

@@ -211,6 +211,12 @@ async fn delay_is_kept_by_the_server_clock() {
     let queue = Queue::new(server.client(), queue_name("delay"))
         .await
         .unwrap();
+    delayed_jobs_wait_their_time(&queue, 1, 700).await;
+}
+
+/// Adds `n` jobs delayed by `delay_ms` while a worker runs: none starts
+/// before the server's time at the add plus the delay, and all are done.
+async fn delayed_jobs_wait_their_time(queue: &Queue, n: usize, delay_ms: u64) {
     let mut conn = queue.connection();
     let runs: Runs = Default::default();
     let worker = Worker::new(
@@ -220,30 +226,25 @@ async fn delay_is_kept_by_the_server_clock() {
     );
     let (handle, task) = spawn(worker);
     let before = server_ms(&mut conn).await;
-    let id = queue
-        .add(
-            b"later",
-            AddOptions {
-                id: None,
-                delay_ms: 700,
-            },
-        )
+    let ids = queue
+        .add_many_with((0..n).map(|i| (format!("later-{i}"), AddOptions { id: None, delay_ms })))
         .await
         .unwrap();
     let counts = queue.counts().await.unwrap();
-    assert_eq!(counts.scheduled + counts.due, 1, "{counts:?}");
-    eventually("the delayed job ran", LONG, || async {
-        !runs.lock().unwrap().is_empty()
+    assert_eq!(counts.scheduled + counts.due, n as u64, "{counts:?}");
+    eventually("the delayed jobs ran", LONG, || async {
+        runs.lock().unwrap().len() == n
     })
     .await;
+    eventually("all done", LONG, || counts_are(queue, Counts::default())).await;
     stop(handle, task).await;
-    let run = runs.lock().unwrap()[0].clone();
-    assert_eq!(run.id, id);
-    assert!(
-        run.started_ms >= before + 700,
-        "started at {} ms, added at {before} ms with a 700 ms delay",
-        run.started_ms
-    );
+    for run in runs.lock().unwrap().iter() {
+        assert!(ids.contains(&run.id), "{run:?}");
+        assert!(
+            run.started_ms >= before + delay_ms as i64,
+            "{run:?} started before {before} + {delay_ms} ms"
+        );
+    }
 }
 
 // 3. concurrency=20 runs 20 handlers at once, never 21.
@@ -607,39 +608,7 @@ async fn delay_with_promotion_inside_the_server() {
             format!("{{{name}}}:pending")
         )]
     );
-    let runs: Runs = Default::default();
-    let worker = Worker::new(
-        queue.clone(),
-        recording(queue.connection(), runs.clone(), |_| Ok(())),
-        options(2, "fixed:100", 3),
-    );
-    let (handle, task) = spawn(worker);
-    let before = server_ms(&mut conn).await;
-    let ids = queue
-        .add_many_with((0..3).map(|i| {
-            (
-                format!("later-{i}"),
-                AddOptions {
-                    id: None,
-                    delay_ms: 500,
-                },
-            )
-        }))
-        .await
-        .unwrap();
-    eventually("the delayed jobs ran", LONG, || async {
-        runs.lock().unwrap().len() == 3
-    })
-    .await;
-    eventually("all done", LONG, || counts_are(&queue, Counts::default())).await;
-    stop(handle, task).await;
-    for run in runs.lock().unwrap().iter() {
-        assert!(ids.contains(&run.id));
-        assert!(
-            run.started_ms >= before + 500,
-            "{run:?} started before {before} + 500 ms"
-        );
-    }
+    delayed_jobs_wait_their_time(&queue, 3, 500).await;
 }
 
 // A bad backoff policy stops run() at the start with the server's error,
