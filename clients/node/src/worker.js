@@ -179,6 +179,8 @@ export class Worker extends EventEmitter {
       // entry is acknowledged: refused here instead, in the server's words (ECHO.DELAY
       // checks it as ECHO.RETRY does and writes nothing).
       await this.#conn.call("ECHO.DELAY", this.backoff, 1);
+      // Loaded once here: the first failures do not each fall back to EVAL.
+      await FAIL.load(this.#conn);
       await this.#createGroup();
       await this.#checkQueues();
       if (!this.#closing) {
