@@ -33,8 +33,9 @@ pub enum JobError {
     /// policy, or moves the job to the dead set after its last attempt.
     Failed(String),
     /// The dependency asked to wait (a 429 or 503 with `Retry-After`): a
-    /// failure as above, and the queue is held for this many ms, so no worker
-    /// starts any of its jobs meanwhile.
+    /// failure as above, and the queue is held for this many ms (at most a
+    /// day), so no worker starts any of its jobs meanwhile. `RetryAfter(0)`
+    /// holds nothing (and leaves a hold another worker set in force).
     RetryAfter(u64),
 }
 
@@ -73,17 +74,18 @@ impl fmt::Debug for JobError {
 /// defaults.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
-    /// Handlers running at once.
+    /// Handlers running at once (at least 1).
     pub concurrency: usize,
     /// The backoff policy the server draws retry delays from.
     pub backoff: String,
-    /// Failures after which a job is dead.
+    /// Failures after which a job is dead (at least 1).
     pub max_attempts: u64,
     /// How long a job may go without a sign of life from its worker before
-    /// another worker takes it over.
+    /// another worker takes it over (at least 3).
     pub lease_ms: u64,
     /// Deliveries without an outcome after which a job is failed instead of
-    /// run again (a job that kills its worker ends in the dead set).
+    /// run again (a job that kills its worker ends in the dead set; at
+    /// least 1).
     pub max_deliveries: u64,
     /// How long `run` waits, after `close`, for the running handlers.
     pub shutdown_timeout_ms: u64,
