@@ -277,7 +277,8 @@ impl Worker {
                 .await
                 .is_err()
         {
-            // Successes still refused by a lost connection: one last try.
+            // Successes still refused by a lost connection: the attempt on
+            // the wire is the last one.
             inner.abandon.store(true, Ordering::SeqCst);
             let _ = flushed_rx.await;
         }
