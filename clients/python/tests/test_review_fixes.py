@@ -112,6 +112,22 @@ def test_refused_retry_leaves_the_job_in_the_group(client, qname):
     client.delete(k["schedule"])
 
 
+def test_failure_script_is_loaded_again_after_a_script_flush(client, qname):
+    q = echomq.Queue(client, qname)
+    k = keys(qname)
+
+    def handler(job):
+        raise RuntimeError("no")
+
+    with running(q, handler, backoff="fixed:600000", lease_ms=60_000):
+        first = q.add(b"1")
+        wait_for(lambda: client.zscore(k["schedule"], first) is not None, what="the first failure")
+        client.script_flush()
+        second = q.add(b"2")
+        wait_for(lambda: client.zscore(k["schedule"], second) is not None, what="the second failure")
+        assert in_flight(client, qname) == 0 and client.xlen(k["pending"]) == 0
+
+
 def test_retry_after_zero_keeps_another_workers_hold(client, qname):
     q = echomq.Queue(client, qname)
     k = keys(qname)
@@ -207,8 +223,8 @@ def test_takeover_reaches_an_orphan_behind_live_entries(client, qname):
     keeper.start()
     runs = []
     try:
-        time.sleep(0.8)  # the orphan is now idle longer than the lease
-        with running(q, lambda job: runs.append(job.id), concurrency=1, lease_ms=600):
+        time.sleep(1.1)  # the orphan is now idle longer than the lease
+        with running(q, lambda job: runs.append(job.id), concurrency=1, lease_ms=1000):
             wait_for(lambda: "orphan" in runs, timeout=20, what="the orphan to be taken over")
     finally:
         stop.set()
@@ -247,10 +263,10 @@ def test_success_is_sent_again_and_stays_leased(client, qname):
 
         return h
 
-    with running(q, handler("flaky"), cls=FlakyAcks, lease_ms=300) as flaky:
+    with running(q, handler("flaky"), cls=FlakyAcks, lease_ms=600) as flaky:
         jid = q.add(b"x")
         wait_for(lambda: runs, what="the first run")
-        with running(q, handler("other"), lease_ms=300):
+        with running(q, handler("other"), lease_ms=600):
             wait_for(lambda: flaky.failures == 0, what="the injected failures")
             wait_for(lambda: client.hlen(k["jobs"]) == 0 and in_flight(client, qname) == 0, what="the acknowledgement")
             time.sleep(0.5)
@@ -291,10 +307,10 @@ def test_failure_is_sent_again_and_stays_leased(client, qname):
 
         return h
 
-    with running(q, handler("flaky"), cls=FlakyFailures, lease_ms=300, max_attempts=1) as flaky:
+    with running(q, handler("flaky"), cls=FlakyFailures, lease_ms=600, max_attempts=1) as flaky:
         jid = q.add(b"x")
         wait_for(lambda: runs, what="the first run")
-        with running(q, handler("other"), lease_ms=300, max_attempts=1):
+        with running(q, handler("other"), lease_ms=600, max_attempts=1):
             wait_for(lambda: flaky.failures == 0, what="the injected failures")
             wait_for(lambda: q.counts()["dead"] == 1 and in_flight(client, qname) == 0, what="the failure")
             time.sleep(0.5)
