@@ -8,7 +8,14 @@ export type Payload = Buffer | Uint8Array | string;
 export interface AddOptions {
   /** A caller's id: while a job with this id exists, add() changes nothing. */
   id?: string;
-  /** Run no earlier than the server's now + delayMs. Default 0. */
+  /** Run no earlier than the server's now + delayMs (0..=10^13). Default 0. */
+  delayMs?: number;
+}
+
+export interface AddManyOptions {
+  /** One caller's id per payload, in order. */
+  ids?: Iterable<string>;
+  /** Run every job no earlier than the server's now + delayMs. Default 0. */
   delayMs?: number;
 }
 
@@ -52,8 +59,9 @@ export class Queue {
   };
   /** Adds a job; resolves to its id. */
   add(payload: Payload, options?: AddOptions): Promise<string>;
-  /** Adds one job per payload, in transactions of up to 1,000; resolves to their ids in order. */
-  addMany(payloads: Iterable<Payload>): Promise<string[]>;
+  /** Adds one job per payload, in transactions of up to 1,000; resolves to their ids in order.
+   * With `ids` (one per payload) each add is idempotent as add()'s; `delayMs` applies to every job. */
+  addMany(payloads: Iterable<Payload>, options?: AddManyOptions): Promise<string[]>;
   counts(): Promise<Counts>;
   /** Dead jobs, oldest death first. Defaults: offset 0, count 100. */
   dead(offset?: number, count?: number): Promise<DeadRecord[]>;
@@ -115,7 +123,7 @@ export class Worker extends EventEmitter {
 }
 
 /** Thrown by a handler when the dependency asked to wait (429/503 with Retry-After): the
- * queue's schedule is held for `ms` for every worker, and the job is failed as usual. */
+ * queue's schedule is held for `ms` for every worker (0: no hold), and the job is failed as usual. */
 export class RetryAfter extends Error {
   constructor(ms: number, message?: string);
   readonly ms: number;

@@ -29,6 +29,11 @@ export class Script {
     this.sha = createHash("sha1").update(lua).digest("hex");
   }
 
+  // Loads the script (before a pipeline of EVALSHAs, so they do not each fall back to EVAL).
+  async load(connection) {
+    await connection.script("LOAD", this.lua);
+  }
+
   async run(connection, keys, args) {
     try {
       return await connection.evalsha(this.sha, this.keyCount, ...keys, ...args);

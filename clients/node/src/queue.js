@@ -2,11 +2,15 @@ import { randomBytes } from "node:crypto";
 import { GROUP, Script, queueKeys, timeMs } from "./keys.js";
 
 // add() with an id given by the caller: nothing happens while a job with that id exists.
-const ADD_WITH_ID = new Script(`
+// A refused enqueue (e.g. a schedule key of another type) takes the payload back, so the
+// id is not left taken by a job that is nowhere.
+export const ADD_WITH_ID = new Script(`
 -- KEYS: jobs pending schedule   ARGV: id payload delay_ms
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
-else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+local r
+if ARGV[3] == '0' then r = redis.pcall('XADD', KEYS[2], '*', 'job', ARGV[1])
+else r = redis.pcall('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+if type(r) == 'table' and r.err then redis.call('HDEL', KEYS[1], ARGV[1]); return r end
 return 1
 `, 3);
 
@@ -63,9 +67,23 @@ function checkPayload(payload) {
     : payload;
 }
 
+// The range ECHO.SCHEDULE takes.
+export const MAX_DELAY_MS = 10000000000000;
+
 function checkDelay(delayMs) {
-  if (!Number.isInteger(delayMs) || delayMs < 0) throw new RangeError("delayMs is an integer >= 0");
+  if (!Number.isInteger(delayMs) || delayMs < 0 || delayMs > MAX_DELAY_MS) {
+    throw new RangeError(`delayMs is an integer in 0..=${MAX_DELAY_MS}, not ${delayMs}`);
+  }
   return delayMs;
+}
+
+// A JavaScript string may hold lone surrogates, which have no UTF-8 form.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function checkId(id) {
+  if (typeof id !== "string" || id === "") throw new TypeError("a job id is a non-empty string");
+  if (LONE_SURROGATE.test(id)) throw new TypeError("a job id is valid UTF-8: this one holds a lone surrogate");
+  return id;
 }
 
 // The replies of a MULTI/EXEC (or pipeline), failing on the first error.
@@ -93,7 +111,7 @@ export class Queue {
     checkDelay(delayMs);
     const k = this.keys;
     if (id !== undefined && id !== null) {
-      if (typeof id !== "string" || id === "") throw new TypeError("a job id is a non-empty string");
+      checkId(id);
       await ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, payload, String(delayMs)]);
       return id;
     }
@@ -105,20 +123,38 @@ export class Queue {
     return id;
   }
 
-  async addMany(payloads) {
+  // One job per payload; with `ids` (one per payload) each add is idempotent as add()'s.
+  async addMany(payloads, { ids, delayMs = 0 } = {}) {
     const list = Array.from(payloads, checkPayload);
+    checkDelay(delayMs);
     const k = this.keys;
-    const ids = list.map(() => newJobId());
+    if (ids !== undefined && ids !== null) {
+      const given = Array.from(ids, checkId);
+      if (given.length !== list.length) {
+        throw new RangeError(`addMany needs one id per payload: ${given.length} ids, ${list.length} payloads`);
+      }
+      await ADD_WITH_ID.load(this.connection);
+      // Every script is written at once: they travel pipelined.
+      const delay = String(delayMs);
+      await Promise.all(given.map((id, i) =>
+        ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, list[i], delay])));
+      return given;
+    }
+    const made = list.map(() => newJobId());
     const sent = [];
     // Every chunk's MULTI is written at once: the transactions travel pipelined.
     for (let start = 0; start < list.length; start += ADD_MANY_CHUNK) {
       const multi = this.connection.multi();
       const end = Math.min(start + ADD_MANY_CHUNK, list.length);
-      for (let i = start; i < end; i++) multi.hset(k.jobs, ids[i], list[i]).xadd(k.pending, "*", "job", ids[i]);
+      for (let i = start; i < end; i++) {
+        multi.hset(k.jobs, made[i], list[i]);
+        if (delayMs > 0) multi.call("ECHO.SCHEDULE", k.schedule, made[i], delayMs);
+        else multi.xadd(k.pending, "*", "job", made[i]);
+      }
       sent.push(replies(multi));
     }
     await Promise.all(sent);
-    return ids;
+    return made;
   }
 
   async counts() {

@@ -1,7 +1,7 @@
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { GROUP, timeMs } from "./keys.js";
+import { GROUP, Script, timeMs } from "./keys.js";
 
 // What a handler throws when the dependency answered 429 or 503 with a Retry-After: the
 // queue's schedule is held for `ms` (no worker gets more of its jobs meanwhile) and the
@@ -36,7 +36,33 @@ const MAX_HOLD_MS = 86400000;
 const HOLD_RECHECK_MS = 1000;
 const MAX_ERROR_BYTES = 4096;
 
+const RESEND_FIRST_MS = 50;
+const RESEND_MAX_MS = 1000;
+
 const ignore = () => {};
+
+// Steps 4-5: a failure acknowledges its entry only when the retry (or the move to dead) was
+// written; refused (a schedule or dead key of another type), the entry stays delivered and
+// is taken over after the lease. hold_ms 0 holds nothing (ECHO.HOLD 0 would lift a hold).
+const FAIL = new Script(`
+-- KEYS: schedule pending dead attempts errors
+-- ARGV: id entry policy attempt max_attempts message hold_ms
+if ARGV[7] ~= '0' then redis.call('ECHO.HOLD', KEYS[1], ARGV[7]) end
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
+local fired = redis.pcall('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
+                          'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
+if type(fired) == 'table' and fired.err then return fired end
+redis.call('XACK', KEYS[2], 'workers', ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
+return fired
+`, 5);
+
+// The server answered (and refused): sending again would not help. Anything else (a lost
+// connection, a command rejected before it was sent) may go well the next time.
+function answered(e) {
+  return Boolean(e) && e.name === "ReplyError";
+}
 
 function positiveInteger(options, name, min) {
   const v = options[name];
@@ -93,14 +119,18 @@ export class Worker extends EventEmitter {
   #timers = [];
   #selfPromote = true;
   #nextTakeOver = 0; // Date.now() of the next takeover; the first is at once
+  #claimCursor = "0-0"; // where the next XAUTOCLAIM goes on scanning
 
   #busy = 0; // slots taken: entries read (or reserved for a read) whose outcome is not settled
-  #inHand = new Map(); // entry id -> job id, for the lease
+  #inHand = new Map(); // entry id -> job id, for the lease: running, or waiting to start
+  #confirming = new Map(); // entry id -> job id, for the lease: outcome not confirmed yet
   #okEntries = [];
   #okIds = [];
   #failures = [];
   #dropped = [];
   #flushing = null;
+  #resendMs = 0; // the pause before sending again outcomes a lost connection refused
+  #giveUpAt = Infinity; // Date.now() after which outcomes are not sent again (set by the drain)
   #holdsUnsent = 0; // RetryAfter outcomes whose ECHO.HOLD is not written yet: no read meanwhile
   #tickScheduled = false;
 
@@ -135,6 +165,8 @@ export class Worker extends EventEmitter {
     this.#abandoned = false;
     this.#busy = 0;
     this.#holdsUnsent = 0;
+    this.#giveUpAt = Infinity;
+    this.#claimCursor = "0-0";
     let finish;
     this.#runDone = new Promise((resolve) => { finish = resolve; });
     const onTerm = () => { this.close(); };
@@ -147,6 +179,8 @@ export class Worker extends EventEmitter {
       // entry is acknowledged: refused here instead, in the server's words (ECHO.DELAY
       // checks it as ECHO.RETRY does and writes nothing).
       await this.#conn.call("ECHO.DELAY", this.backoff, 1);
+      // Loaded once here: the first failures do not each fall back to EVAL.
+      await FAIL.load(this.#conn);
       await this.#createGroup();
       await this.#checkQueues();
       if (!this.#closing) {
@@ -308,12 +342,16 @@ export class Worker extends EventEmitter {
     const entries = [];
     const k = this.#keys;
     try {
-      const claim = conn.xautoclaim(k.pending, GROUP, this.consumer, this.leaseMs, "0-0", "COUNT", free);
+      // One call looks at no more than 10 x COUNT entries: going on from the last call's
+      // cursor reaches an old entry behind many live ones.
+      const claim = conn.xautoclaim(k.pending, GROUP, this.consumer, this.leaseMs, this.#claimCursor,
+        "COUNT", free);
       const limits = conn.call("ECHO.LIMITS", k.schedule);
       const time = conn.time();
       limits.catch(ignore);
       time.catch(ignore);
-      const [, list] = await claim;
+      const [cursor, list] = await claim;
+      this.#claimCursor = cursor ? String(cursor) : "0-0";
       entriesOf(list, entries);
       const heldUntil = heldUntilOf(await limits);
       const now = timeMs(await time);
@@ -332,6 +370,7 @@ export class Worker extends EventEmitter {
       }
     } catch (e) {
       this.#busy -= reserved;
+      this.#claimCursor = "0-0";
       this.#wakeUp();
       if (String(e.message).startsWith("NOGROUP")) await this.#createGroup().catch((e2) => this.#report(e2));
       else this.#report(e);
@@ -431,24 +470,32 @@ export class Worker extends EventEmitter {
     }
   }
 
+  // An outcome's entry stays leased (renewed) until the outcome is confirmed.
+  #toConfirm(entry) {
+    const job = this.#inHand.get(entry);
+    if (job === undefined || !this.#inHand.delete(entry)) return false;
+    this.#confirming.set(entry, job);
+    return true;
+  }
+
   #drop(entry) {
-    if (!this.#inHand.delete(entry)) return;
+    if (!this.#toConfirm(entry)) return;
     this.#busy--;
     this.#dropped.push(entry);
     this.#scheduleTick();
   }
 
   #settle(entry, id, attempt, error) {
-    if (this.#abandoned || !this.#inHand.delete(entry)) return; // left to another worker at shutdown
+    if (this.#abandoned || !this.#toConfirm(entry)) return; // left to another worker at shutdown
     this.#busy--;
     if (error === null) {
       this.#okEntries.push(entry);
       this.#okIds.push(id);
     } else {
-      let holdMs = null;
+      let holdMs = 0; // none: RetryAfter(0) holds nothing
       if (error instanceof RetryAfter) {
         holdMs = Math.min(MAX_HOLD_MS, Math.max(0, Math.round(error.ms)));
-        this.#holdsUnsent++;
+        if (holdMs > 0) this.#holdsUnsent++;
       }
       this.#failures.push({ entry, id, attempt, message: errorText(error), holdMs });
     }
@@ -467,8 +514,10 @@ export class Worker extends EventEmitter {
     });
   }
 
-  // Steps 3-5: one MULTI for everything settled since the last one was sent; while it
-  // is on the wire, new outcomes wait for the next.
+  // Steps 3-5: one MULTI for every success settled since the last one was sent, and
+  // beside it one script per failure, written together; while they are on the wire, new
+  // outcomes wait for the next round. Outcomes a lost connection refused are sent again
+  // (their entries stay leased meanwhile) until they go through, or the drain gives up.
   #flush() {
     if (this.#flushing) return;
     if (!this.#okEntries.length && !this.#failures.length && !this.#dropped.length) return;
@@ -481,52 +530,100 @@ export class Worker extends EventEmitter {
     this.#okIds = [];
     this.#failures = [];
     this.#dropped = [];
-    const multi = this.#conn.multi();
+    const confirmed = [];
+    let resend = false;
+    const sends = [];
     const entries = okEntries.concat(dropped);
-    let holds = 0;
-    if (failures.length) {
-      const attempts = [];
-      const errors = [];
-      for (const f of failures) {
-        if (f.holdMs === null) continue;
-        multi.call("ECHO.HOLD", k.schedule, f.holdMs);
-        holds++;
-      }
-      for (const f of failures) {
-        multi.call("ECHO.RETRY", k.schedule, f.id, this.backoff, f.attempt, "MAXATTEMPTS", this.maxAttempts,
-          "DEAD", k.dead);
-        attempts.push(f.id, f.attempt);
-        errors.push(f.id, f.message);
-        entries.push(f.entry);
-      }
-      multi.hset(k.attempts, ...attempts).hset(k.errors, ...errors);
+    if (entries.length) {
+      const multi = this.#conn.multi();
+      multi.xack(k.pending, GROUP, ...entries).xdel(k.pending, ...entries);
+      if (okIds.length) multi.hdel(k.jobs, ...okIds).hdel(k.attempts, ...okIds).hdel(k.errors, ...okIds);
+      sends.push(multi.exec().then(
+        (result) => {
+          if (!result) this.#report(new Error("an outcome transaction was aborted"));
+          else for (const [e] of result) if (e) this.#report(e);
+          confirmed.push(...entries);
+        },
+        (e) => {
+          this.#report(e);
+          if (answered(e)) {
+            confirmed.push(...entries);
+          } else {
+            resend = true;
+            this.#okEntries.push(...okEntries);
+            this.#okIds.push(...okIds);
+            this.#dropped.push(...dropped);
+          }
+        },
+      ));
     }
-    multi.xack(k.pending, GROUP, ...entries).xdel(k.pending, ...entries);
-    if (okIds.length) multi.hdel(k.jobs, ...okIds).hdel(k.attempts, ...okIds).hdel(k.errors, ...okIds);
-    this.#flushing = multi.exec().then(
-      (result) => {
-        if (!result) this.#report(new Error("an outcome transaction was aborted"));
-        else for (const [e] of result) if (e) this.#report(e);
-      },
-      (e) => this.#report(e),
-    ).finally(() => {
-      this.#holdsUnsent -= holds;
+    const keys = [k.schedule, k.pending, k.dead, k.attempts, k.errors];
+    for (const f of failures) {
+      const args = [f.id, f.entry, this.backoff, String(f.attempt), String(this.maxAttempts), f.message,
+        String(f.holdMs)];
+      sends.push(FAIL.run(this.#conn, keys, args).then(
+        () => {
+          confirmed.push(f.entry);
+          if (f.holdMs > 0) this.#holdsUnsent--;
+        },
+        (e) => {
+          this.#report(e);
+          if (answered(e)) {
+            // Refused by the server: the entry stays delivered, unacknowledged, and is taken
+            // over after the lease.
+            confirmed.push(f.entry);
+            if (f.holdMs > 0) this.#holdsUnsent--;
+          } else {
+            resend = true;
+            this.#failures.push(f);
+          }
+        },
+      ));
+    }
+    this.#flushing = Promise.all(sends).then(async () => {
+      for (const entry of confirmed) this.#confirming.delete(entry);
+      if (!resend) {
+        this.#resendMs = 0;
+        return;
+      }
+      if (Date.now() >= this.#giveUpAt) {
+        this.#abandonOutcomes();
+        return;
+      }
+      this.#resendMs = Math.min(RESEND_MAX_MS, Math.max(RESEND_FIRST_MS, this.#resendMs * 2));
+      await new Promise((r) => setTimeout(r, Math.min(this.#resendMs, Math.max(0, this.#giveUpAt - Date.now()))));
+    }).finally(() => {
       this.#flushing = null;
       this.#flush();
       this.#wakeUp();
     });
   }
 
-  // Step 6: the entries still running keep their lease.
+  // Outcomes never confirmed, at the end of the drain: left in the group, unacknowledged,
+  // another worker takes them over after the lease.
+  #abandonOutcomes() {
+    for (const f of this.#failures) if (f.holdMs > 0) this.#holdsUnsent--;
+    this.#okEntries = [];
+    this.#okIds = [];
+    this.#failures = [];
+    this.#dropped = [];
+    this.#confirming.clear();
+  }
+
+  // Step 6: the entries still running, waiting to start, or whose outcome is not confirmed
+  // yet, keep their lease.
   #refreshLeases() {
-    if (!this.#inHand.size) return;
-    this.#conn.xclaim(this.#keys.pending, GROUP, this.consumer, 0, ...this.#inHand.keys(), "JUSTID")
+    if (!this.#inHand.size && !this.#confirming.size) return;
+    const entries = [...this.#inHand.keys(), ...this.#confirming.keys()];
+    this.#conn.xclaim(this.#keys.pending, GROUP, this.consumer, 0, ...entries, "JUSTID")
       .catch((e) => this.#report(e));
   }
 
-  // Step 8: the running handlers get up to shutdownTimeoutMs; their outcomes are sent.
+  // Step 8: the running handlers get up to shutdownTimeoutMs; their outcomes are sent
+  // (again, when a lost connection refused them) until that time is up.
   async #drain() {
     const deadline = Date.now() + this.shutdownTimeoutMs;
+    this.#giveUpAt = deadline;
     while (this.#busy > 0 && Date.now() < deadline) await this.#waitWake(deadline - Date.now());
     if (this.#busy > 0) {
       // Left in the group, unacknowledged: another worker takes them over after the lease.
@@ -539,5 +636,6 @@ export class Worker extends EventEmitter {
       if (!this.#flushing) break;
       await this.#flushing;
     }
+    this.#abandonOutcomes();
   }
 }

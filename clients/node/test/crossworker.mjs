@@ -53,16 +53,11 @@ async function add(values, queue) {
   if (count === undefined) throw new Error("add needs --count N");
   const delayMs = int(values, "delay-ms", 0);
   const payloads = Array.from({ length: count }, (_, i) => `payload-${i}`);
-  let ids;
-  if (values["id-prefix"] === undefined && delayMs === 0) {
-    ids = await queue.addMany(payloads);
-  } else {
-    // addMany takes payloads only: jobs with ids or delays are added one by one, pipelined.
-    ids = await Promise.all(payloads.map((p, i) => queue.add(p, {
-      id: values["id-prefix"] === undefined ? undefined : `${values["id-prefix"]}${i}`,
-      delayMs,
-    })));
-  }
+  const prefix = values["id-prefix"];
+  const ids = await queue.addMany(payloads, {
+    ids: prefix === undefined ? undefined : payloads.map((_, i) => `${prefix}${i}`),
+    delayMs,
+  });
   await write(ids.join("\n"));
 }
 

@@ -78,6 +78,14 @@ test("crossworker add and dead", async () => {
   }
   assert.equal(Buffer.from(records.find((r) => r.id === "j-1").payload_hex, "hex").toString(), "payload-1");
   for (let i = 1; i < records.length; i++) assert.ok(records[i - 1].died_at_ms <= records[i].died_at_ms);
+
+  // A dead id with no error written and its payload gone: both print as JSON null.
+  const other = new Queue(client, queueName("cli-null"));
+  await client.zadd(other.keys.dead, 1000, "bare");
+  const bare = await cross(["dead", "--url", server.url, "--queue", other.name]).exited;
+  assert.equal(bare.code, 0, bare.stderr);
+  assert.deepEqual(JSON.parse(bare.stdout.trim()),
+    { id: "bare", died_at_ms: 1000, attempts: 0, error: null, payload_hex: null });
 });
 
 test("a handler running three leases long, with a second live worker on the queue, runs once", async () => {

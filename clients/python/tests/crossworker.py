@@ -87,7 +87,8 @@ def dead(args) -> int:
                         "died_at_ms": r.died_at_ms,
                         "attempts": r.attempts,
                         "error": r.error,
-                        "payload_hex": (r.payload or b"").hex(),
+                        # JSON null for a missing error or payload (the same in the three crossworkers)
+                        "payload_hex": r.payload.hex() if r.payload is not None else None,
                     }
                 )
             )

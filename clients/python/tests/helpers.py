@@ -14,9 +14,10 @@ def server_ms(client) -> int:
 
 
 @contextlib.contextmanager
-def running(queue, handler, **options):
-    """Runs a Worker on a thread for the duration of the block, then closes it and joins."""
-    worker = echomq.Worker(queue, handler, **options)
+def running(queue, handler, cls=echomq.Worker, **options):
+    """Runs a Worker (or ``cls``, a subclass) on a thread for the duration of the block, then
+    closes it and joins."""
+    worker = cls(queue, handler, **options)
     errors = []
 
     def target():

@@ -183,14 +183,22 @@ async fn dead(options: &HashMap<String, String>) -> Result<(), String> {
         }
         offset += page.len() as u64;
         for job in page {
-            let hex: String = job.payload.iter().map(|b| format!("{b:02x}")).collect();
+            // A missing error or payload is JSON null, as in the Python and
+            // Node.js crossworkers.
+            let hex = match &job.payload {
+                Some(payload) => {
+                    let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+                    format!("\"{hex}\"")
+                }
+                None => "null".into(),
+            };
+            let error = job.error.as_deref().map_or("null".into(), json_string);
             writeln!(
                 out,
-                "{{\"id\": {}, \"died_at_ms\": {}, \"attempts\": {}, \"error\": {}, \"payload_hex\": \"{hex}\"}}",
+                "{{\"id\": {}, \"died_at_ms\": {}, \"attempts\": {}, \"error\": {error}, \"payload_hex\": {hex}}}",
                 json_string(&job.id),
                 job.died_at_ms,
                 job.attempts,
-                json_string(&job.error),
             )
             .map_err(|e| e.to_string())?;
         }

@@ -3,7 +3,7 @@
 mod queue;
 mod worker;
 
-pub use queue::{AddOptions, Counts, DeadJob, Queue, QueueConnection};
+pub use queue::{AddOptions, Counts, DeadJob, Queue, QueueConnection, MAX_DELAY_MS};
 pub use worker::{Job, JobError, Worker, WorkerHandle, WorkerOptions};
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -23,12 +23,20 @@ pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Jobs per transaction in [`Queue::add_many`].
 const BATCH: usize = 1000;
 
+/// Jobs, pending, schedule; id, payload, delay_ms. A refused enqueue (a
+/// `schedule` key of another type) takes the payload back, so the id is not
+/// left taken by a job that is nowhere.
 const ADD_SCRIPT: &str = r"
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
-else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+local r
+if ARGV[3] == '0' then r = redis.pcall('XADD', KEYS[2], '*', 'job', ARGV[1])
+else r = redis.pcall('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+if type(r) == 'table' and r.err then redis.call('HDEL', KEYS[1], ARGV[1]); return r end
 return 1
 ";
+
+/// The largest `delay_ms` (`ECHO.SCHEDULE` takes `0..=10^13`).
+pub const MAX_DELAY_MS: u64 = 10_000_000_000_000;
 
 const REQUEUE_SCRIPT: &str = r"
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
@@ -88,9 +96,10 @@ pub struct DeadJob {
     pub died_at_ms: i64,
     /// How many times it failed.
     pub attempts: u64,
-    /// The message of its last failure.
-    pub error: String,
-    pub payload: Vec<u8>,
+    /// The message of its last failure (`None` when none is stored).
+    pub error: Option<String>,
+    /// The payload (`None` when it is gone, e.g. removed meanwhile).
+    pub payload: Option<Vec<u8>>,
 }
 
 /// A queue: six keys under the hash tag `{name}`.
@@ -283,6 +292,7 @@ impl Queue {
     /// Adds one job and returns its id. With `options.id` set and a job of
     /// that id existing, nothing changes and the id is returned.
     pub async fn add(&self, payload: impl AsRef<[u8]>, options: AddOptions) -> RedisResult<String> {
+        check_delay(options.delay_ms)?;
         let mut conn = self.conn.clone();
         match options.id {
             Some(id) => {
@@ -303,7 +313,8 @@ impl Queue {
                 let mut pipe = redis::pipe();
                 pipe.atomic();
                 self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
-                let _: Value = pipe.query_async(&mut conn).await?;
+                let replies: Value = pipe.query_async(&mut conn).await?;
+                exec_error(replies)?;
                 Ok(id)
             }
         }
@@ -347,6 +358,13 @@ impl Queue {
         if jobs.is_empty() {
             return Ok(ids);
         }
+        // Checked before anything is sent: a bad job sends none of them.
+        for (_, options) in &jobs {
+            check_delay(options.delay_ms)?;
+            if let Some(id) = &options.id {
+                check_id(id)?;
+            }
+        }
         let script = Script::new(ADD_SCRIPT);
         let mut pipe = redis::pipe();
         if jobs.iter().any(|(_, o)| o.id.is_some()) {
@@ -358,7 +376,6 @@ impl Queue {
             for (payload, options) in chunk {
                 match &options.id {
                     Some(id) => {
-                        check_id(id)?;
                         pipe.cmd("EVALSHA")
                             .arg(script.get_hash())
                             .arg(3)
@@ -384,13 +401,7 @@ impl Queue {
         let mut conn = self.conn.clone();
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         for reply in replies {
-            if let Value::Array(items) = reply {
-                for item in items {
-                    if let Value::ServerError(e) = item {
-                        return Err(e.into());
-                    }
-                }
-            }
+            exec_error(reply)?;
         }
         Ok(ids)
     }
@@ -466,10 +477,8 @@ impl Queue {
                 id,
                 died_at_ms: score as i64,
                 attempts: attempts.unwrap_or(0),
-                error: error
-                    .map(|e| String::from_utf8_lossy(&e).into_owned())
-                    .unwrap_or_default(),
-                payload: payload.unwrap_or_default(),
+                error: error.map(|e| String::from_utf8_lossy(&e).into_owned()),
+                payload,
             });
         }
         Ok(out)
@@ -533,6 +542,26 @@ impl Queue {
             .invoke_async(&mut conn)
             .await
     }
+}
+
+/// The first error inside an `EXEC` reply (the commands of a transaction
+/// fail one by one, and the crate hands their errors back as values).
+fn exec_error(reply: Value) -> RedisResult<()> {
+    match reply {
+        Value::ServerError(e) => Err(e.into()),
+        Value::Array(items) => items.into_iter().try_for_each(exec_error),
+        _ => Ok(()),
+    }
+}
+
+fn check_delay(delay_ms: u64) -> RedisResult<()> {
+    if delay_ms > MAX_DELAY_MS {
+        return Err(client_error(
+            "invalid delay",
+            format!("delay_ms must be in 0..={MAX_DELAY_MS}, got {delay_ms}"),
+        ));
+    }
+    Ok(())
 }
 
 fn check_id(id: &str) -> RedisResult<()> {

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::{RedisResult, Value};
+use redis::{RedisError, RedisResult, Script, Value};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::queue::{Queue, QueueConnection, GROUP, RESPONSE_TIMEOUT};
+use crate::queue::{client_error, Queue, QueueConnection, GROUP, RESPONSE_TIMEOUT};
 
 /// One run of a job, as the handler gets it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,8 +33,9 @@ pub enum JobError {
     /// policy, or moves the job to the dead set after its last attempt.
     Failed(String),
     /// The dependency asked to wait (a 429 or 503 with `Retry-After`): a
-    /// failure as above, and the queue is held for this many ms, so no worker
-    /// starts any of its jobs meanwhile.
+    /// failure as above, and the queue is held for this many ms (at most a
+    /// day), so no worker starts any of its jobs meanwhile. `RetryAfter(0)`
+    /// holds nothing (and leaves a hold another worker set in force).
     RetryAfter(u64),
 }
 
@@ -73,17 +74,18 @@ impl fmt::Debug for JobError {
 /// defaults.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
-    /// Handlers running at once.
+    /// Handlers running at once (at least 1).
     pub concurrency: usize,
     /// The backoff policy the server draws retry delays from.
     pub backoff: String,
-    /// Failures after which a job is dead.
+    /// Failures after which a job is dead (at least 1).
     pub max_attempts: u64,
     /// How long a job may go without a sign of life from its worker before
-    /// another worker takes it over.
+    /// another worker takes it over (at least 3).
     pub lease_ms: u64,
     /// Deliveries without an outcome after which a job is failed instead of
-    /// run again (a job that kills its worker ends in the dead set).
+    /// run again (a job that kills its worker ends in the dead set; at
+    /// least 1).
     pub max_deliveries: u64,
     /// How long `run` waits, after `close`, for the running handlers.
     pub shutdown_timeout_ms: u64,
@@ -109,6 +111,26 @@ type Handler = Arc<dyn Fn(Job) -> HandlerFuture + Send + Sync>;
 const MAX_ERROR_BYTES: usize = 4096;
 /// How often the worker asks whether the server promotes its queue itself.
 const QUEUES_EVERY: Duration = Duration::from_secs(10);
+/// The longest hold `ECHO.HOLD` takes (a day).
+const MAX_HOLD_MS: u64 = 86_400_000;
+/// How often a worker waiting out a hold asks whether it still holds.
+const HOLD_CHECK: Duration = Duration::from_secs(1);
+
+/// Steps 4 and 5 of `docs/clients.md`: a failure, acknowledged only when the
+/// retry (or the move to the dead set) was written. Were `ECHO.RETRY`
+/// refused (a key of the wrong type), the entry stays delivered and is taken
+/// over after the lease instead of being in no key at all.
+const FAIL_SCRIPT: &str = r"
+if ARGV[7] ~= '0' then redis.call('ECHO.HOLD', KEYS[1], ARGV[7]) end
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
+local fired = redis.pcall('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
+                          'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
+if type(fired) == 'table' and fired.err then return fired end
+redis.call('XACK', KEYS[2], 'workers', ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
+return fired
+";
 
 /// Closes a running [`Worker`]; cloneable and usable from any task.
 #[derive(Clone)]
@@ -159,6 +181,12 @@ struct Inner {
     self_promote: AtomicBool,
     /// `run` has returned: late outcomes are not written.
     stopped: AtomicBool,
+    /// The shutdown timeout has passed: outcomes refused by a lost
+    /// connection are no longer sent again.
+    abandon: AtomicBool,
+    /// Where the next `XAUTOCLAIM` goes on (step 7).
+    cursor: Mutex<String>,
+    fail_script: Script,
     close: Arc<watch::Sender<bool>>,
     acks: mpsc::UnboundedSender<AckMsg>,
 }
@@ -173,20 +201,19 @@ impl Worker {
     {
         let handler: Handler = Arc::new(move |job| Box::pin(handler(job)));
         let (acks_tx, acks_rx) = mpsc::unbounded_channel();
-        let concurrency = options.concurrency.max(1);
         Worker {
             inner: Arc::new(Inner {
                 queue,
                 handler,
                 consumer: consumer_name(),
-                slots: Arc::new(Semaphore::new(concurrency)),
-                options: WorkerOptions {
-                    concurrency,
-                    ..options
-                },
+                slots: Arc::new(Semaphore::new(options.concurrency)),
+                options,
                 held: Mutex::new(HashSet::new()),
                 self_promote: AtomicBool::new(true),
                 stopped: AtomicBool::new(false),
+                abandon: AtomicBool::new(false),
+                cursor: Mutex::new("0-0".into()),
+                fail_script: Script::new(FAIL_SCRIPT),
                 close: Arc::new(watch::channel(false).0),
                 acks: acks_tx,
             }),
@@ -208,10 +235,11 @@ impl Worker {
 
     /// Runs until [`WorkerHandle::close`]: creates the group, then takes,
     /// runs and acknowledges jobs. Returns an error only when starting fails
-    /// (no server, a bad backoff policy); errors while running are reported
-    /// on stderr and retried.
+    /// (invalid options, no server, a bad backoff policy); errors while
+    /// running are reported on stderr and retried.
     pub async fn run(self) -> RedisResult<()> {
         let Worker { inner, acks } = self;
+        check_options(&inner.options)?;
         let mut conn = inner.queue.conn.clone();
         inner.queue.ensure_group().await?;
         // The policy is checked once here (ECHO.DELAY writes nothing), not
@@ -236,15 +264,25 @@ impl Worker {
 
         inner.clone().read_loop(read_conn).await;
 
-        // Wait for the running handlers (they hold the slots).
+        // Wait for the running handlers (they hold the slots, and keep them
+        // until their failure is written).
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(inner.options.shutdown_timeout_ms);
         let all = inner.options.concurrency as u32;
-        let wait = Duration::from_millis(inner.options.shutdown_timeout_ms);
-        let _ = tokio::time::timeout(wait, inner.slots.acquire_many(all)).await;
+        let _ = tokio::time::timeout_at(deadline, inner.slots.acquire_many(all)).await;
         inner.stopped.store(true, Ordering::SeqCst);
-        let (flushed_tx, flushed_rx) = oneshot::channel();
-        if inner.acks.send(AckMsg::Flush(flushed_tx)).is_ok() {
+        let (flushed_tx, mut flushed_rx) = oneshot::channel();
+        if inner.acks.send(AckMsg::Flush(flushed_tx)).is_ok()
+            && tokio::time::timeout_at(deadline, &mut flushed_rx)
+                .await
+                .is_err()
+        {
+            // Successes still refused by a lost connection: the attempt on
+            // the wire is the last one.
+            inner.abandon.store(true, Ordering::SeqCst);
             let _ = flushed_rx.await;
         }
+        inner.abandon.store(true, Ordering::SeqCst);
         let _ = ack_task.await;
         lease_task.abort();
         queues_task.abort();
@@ -269,6 +307,43 @@ impl Queue {
             _ => Ok(()),
         }
     }
+}
+
+/// The checks of `docs/clients.md`: a zero lease would let every worker take
+/// every live entry over, and zero deliveries would fail every job taken over.
+fn check_options(options: &WorkerOptions) -> RedisResult<()> {
+    let problem = if options.concurrency < 1 {
+        format!(
+            "concurrency must be at least 1, got {}",
+            options.concurrency
+        )
+    } else if options.lease_ms < 3 {
+        format!("lease_ms must be at least 3, got {}", options.lease_ms)
+    } else if options.max_deliveries < 1 {
+        format!(
+            "max_deliveries must be at least 1, got {}",
+            options.max_deliveries
+        )
+    } else if options.max_attempts < 1 {
+        format!(
+            "max_attempts must be at least 1, got {}",
+            options.max_attempts
+        )
+    } else {
+        return Ok(());
+    };
+    Err(client_error("invalid worker options", problem))
+}
+
+/// An error of the connection rather than of the command: sending the same
+/// again may succeed.
+fn transient(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// The next wait before sending again: doubled, at most a second.
+fn next_backoff(backoff: Duration) -> Duration {
+    (backoff * 2).min(Duration::from_secs(1))
 }
 
 impl Inner {
@@ -374,15 +449,20 @@ impl Inner {
     ) -> RedisResult<(Vec<Entry>, i64, i64)> {
         let keys = &self.queue.keys;
         let self_promote = self.self_promote.load(Ordering::Relaxed);
-        let block_ms = if self_promote { 100 } else { 1000 };
+        // At most lease_ms / 2, so that takeovers (step 7) come in time.
+        let block_ms = if self_promote { 100 } else { 1000 }
+            .min(self.options.lease_ms / 2)
+            .max(1);
         let mut pipe = redis::pipe();
+        // Each reply on its own: an error of ECHO.PROMOTE (or ECHO.LIMITS)
+        // must not throw away the entries XREADGROUP delivered.
+        pipe.ignore_errors();
         if self_promote {
             pipe.cmd("ECHO.PROMOTE")
                 .arg(&keys.schedule)
                 .arg(&keys.pending)
                 .arg("LIMIT")
-                .arg(1000)
-                .ignore();
+                .arg(1000);
         }
         pipe.cmd("XREADGROUP")
             .arg("GROUP")
@@ -397,8 +477,28 @@ impl Inner {
             .arg(">");
         pipe.cmd("ECHO.LIMITS").arg(&keys.schedule);
         pipe.cmd("TIME");
-        let (read, limits, (secs, micros)): (Value, Value, (i64, i64)) =
-            pipe.query_async(conn).await?;
+        let mut replies: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
+        if replies.len() != if self_promote { 4 } else { 3 } {
+            return Err(client_error(
+                "unexpected reply",
+                format!("{} replies to a read", replies.len()),
+            ));
+        }
+        if self_promote {
+            if let Err(e) = replies.remove(0) {
+                log(&format!("ECHO.PROMOTE {} failed: {e}", keys.schedule));
+            }
+        }
+        let mut replies = replies.into_iter();
+        let read = replies.next().expect("three replies")?;
+        let limits = match replies.next().expect("three replies") {
+            Ok(limits) => limits,
+            Err(e) => {
+                log(&format!("ECHO.LIMITS {} failed: {e}", keys.schedule));
+                Value::Nil
+            }
+        };
+        let (secs, micros) = server_time(replies.next().expect("three replies"));
         let mut entries = Vec::new();
         if let Value::Array(streams) = read {
             for stream in streams {
@@ -421,11 +521,13 @@ impl Inner {
     async fn wait_for_release(
         &self,
         conn: &mut QueueConnection,
-        mut held_until: i64,
+        mut until: i64,
         mut now: i64,
     ) -> bool {
-        while held_until > now {
-            let wait = Duration::from_millis((held_until - now) as u64);
+        while until > now {
+            // Asked again at least every second: a hold lifted or shortened
+            // meanwhile is seen.
+            let wait = Duration::from_millis((until - now) as u64).min(HOLD_CHECK);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.closed() => return false,
@@ -436,7 +538,7 @@ impl Inner {
             pipe.cmd("TIME");
             match pipe.query_async::<(Value, (i64, i64))>(conn).await {
                 Ok((limits, (secs, micros))) => {
-                    held_until = held_until_of(&limits, held_until);
+                    until = held_until(&limits);
                     now = secs * 1000 + micros / 1000;
                 }
                 Err(e) => {
@@ -531,9 +633,10 @@ impl Inner {
         for (e, (payload, attempts)) in entries.into_iter().zip(fields) {
             let slot = permit.split(1).expect("one slot per entry");
             let (Some(id), Some(payload)) = (e.id.clone(), payload) else {
-                // Removed (or not a job): dropped, as on success.
-                self.release(&e.entry);
-                let _ = self.acks.send(AckMsg::Ack(e));
+                // Removed (or not a job): the entry is acknowledged and
+                // deleted, without the HDELs of a success, which would
+                // delete the payload of a job added again with this id.
+                let _ = self.acks.send(AckMsg::Ack(Entry { id: None, ..e }));
                 drop(slot);
                 continue;
             };
@@ -566,7 +669,7 @@ impl Inner {
                 }
                 match outcome {
                     Ok(()) => {
-                        inner.release(&e.entry);
+                        // Leased until the acknowledgement is confirmed.
                         let _ = inner.acks.send(AckMsg::Ack(e));
                     }
                     Err(error) => {
@@ -579,7 +682,10 @@ impl Inner {
         }
     }
 
-    /// Steps 4 and 5: a failed run, in one transaction.
+    /// Steps 4 and 5: a failed run, by the failure script. Sent again while
+    /// the connection refuses it (the entry stays leased meanwhile), until
+    /// the shutdown timeout has passed; a refusal by the server leaves the
+    /// entry in the group, taken over after the lease.
     async fn fail(&self, entry: &str, id: &str, attempt: u64, error: &JobError) {
         let keys = &self.queue.keys;
         let mut message = error.to_string();
@@ -590,43 +696,43 @@ impl Inner {
             }
             message.truncate(cut);
         }
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        if let JobError::RetryAfter(ms) = error {
-            pipe.cmd("ECHO.HOLD")
-                .arg(&keys.schedule)
-                .arg((*ms).min(86_400_000))
-                .ignore();
-        }
-        pipe.cmd("ECHO.RETRY")
-            .arg(&keys.schedule)
+        // RetryAfter(0) holds nothing: `ECHO.HOLD ... 0` would lift the hold
+        // of another worker.
+        let hold_ms = match error {
+            JobError::RetryAfter(ms) => (*ms).min(MAX_HOLD_MS),
+            JobError::Failed(_) => 0,
+        };
+        let mut invocation = self.fail_script.prepare_invoke();
+        invocation
+            .key(&keys.schedule)
+            .key(&keys.pending)
+            .key(&keys.dead)
+            .key(&keys.attempts)
+            .key(&keys.errors)
             .arg(id)
+            .arg(entry)
             .arg(&self.options.backoff)
             .arg(attempt)
-            .arg("MAXATTEMPTS")
-            .arg(self.options.max_attempts.max(1))
-            .arg("DEAD")
-            .arg(&keys.dead)
-            .ignore();
-        pipe.cmd("HSET")
-            .arg(&keys.attempts)
-            .arg(id)
-            .arg(attempt)
-            .ignore();
-        pipe.cmd("HSET")
-            .arg(&keys.errors)
-            .arg(id)
+            .arg(self.options.max_attempts)
             .arg(message)
-            .ignore();
-        pipe.cmd("XACK")
-            .arg(&keys.pending)
-            .arg(GROUP)
-            .arg(entry)
-            .ignore();
-        pipe.cmd("XDEL").arg(&keys.pending).arg(entry).ignore();
+            .arg(hold_ms);
         let mut conn = self.queue.conn.clone();
-        if let Err(e) = pipe.query_async::<()>(&mut conn).await {
-            log(&format!("writing the failure of {id} failed: {e}"));
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match invocation.invoke_async::<Value>(&mut conn).await {
+                Ok(_) => return,
+                Err(e) if transient(&e) && !self.abandon.load(Ordering::SeqCst) => {
+                    log(&format!(
+                        "writing the failure of {id} failed, sending it again: {e}"
+                    ));
+                    tokio::time::sleep(backoff).await;
+                    backoff = next_backoff(backoff);
+                }
+                Err(e) => {
+                    log(&format!("writing the failure of {id} failed: {e}"));
+                    return;
+                }
+            }
         }
     }
 
@@ -678,8 +784,29 @@ impl Inner {
                     pipe.add_command(hdel_attempts).ignore();
                     pipe.add_command(hdel_errors).ignore();
                 }
-                if let Err(e) = pipe.query_async::<()>(&mut conn).await {
-                    log(&format!("acknowledging {} jobs failed: {e}", batch.len()));
+                // Sent again while the connection refuses it: until it is
+                // confirmed the entries stay leased (no other worker runs
+                // them again), until the shutdown timeout has passed.
+                let mut backoff = Duration::from_millis(100);
+                loop {
+                    match pipe.query_async::<()>(&mut conn).await {
+                        Ok(()) => break,
+                        Err(e) if transient(&e) && !self.abandon.load(Ordering::SeqCst) => {
+                            log(&format!(
+                                "acknowledging {} jobs failed, sending again: {e}",
+                                batch.len()
+                            ));
+                            tokio::time::sleep(backoff).await;
+                            backoff = next_backoff(backoff);
+                        }
+                        Err(e) => {
+                            log(&format!("acknowledging {} jobs failed: {e}", batch.len()));
+                            break;
+                        }
+                    }
+                }
+                for e in &batch {
+                    self.release(&e.entry);
                 }
             }
             if !flushes.is_empty() {
@@ -728,18 +855,26 @@ impl Inner {
     ) -> RedisResult<()> {
         let free = slots.num_permits();
         let keys = &self.queue.keys;
+        // Goes on from where the previous call stopped: one call looks at no
+        // more than 10 x COUNT entries, so from 0-0 each time an orphan
+        // behind many live entries would never be reached.
+        let cursor = self.cursor.lock().unwrap().clone();
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(&keys.pending)
             .arg(GROUP)
             .arg(&self.consumer)
             .arg(self.options.lease_ms)
-            .arg("0-0")
+            .arg(&cursor)
             .arg("COUNT")
             .arg(free)
             .query_async(conn)
             .await?;
         let mut entries = match reply {
-            Value::Array(mut parts) if parts.len() >= 2 => parse_entries(parts.swap_remove(1)),
+            Value::Array(mut parts) if parts.len() >= 2 => {
+                let next = text(&parts[0]).unwrap_or_else(|| "0-0".into());
+                *self.cursor.lock().unwrap() = next;
+                parse_entries(parts.swap_remove(1))
+            }
             _ => Vec::new(),
         };
         if entries.is_empty() {
@@ -749,6 +884,7 @@ impl Inner {
         let permit = slots.split(entries.len()).expect("a slot per entry");
         self.hold(&entries);
         let mut pipe = redis::pipe();
+        pipe.ignore_errors();
         for e in &entries {
             pipe.cmd("XPENDING")
                 .arg(&keys.pending)
@@ -759,7 +895,7 @@ impl Inner {
         }
         pipe.cmd("ECHO.LIMITS").arg(&keys.schedule);
         pipe.cmd("TIME");
-        let mut replies: Vec<Value> = match pipe.query_async(conn).await {
+        let mut replies: Vec<RedisResult<Value>> = match pipe.query_async(conn).await {
             Ok(replies) => replies,
             Err(e) => {
                 for e in &entries {
@@ -768,13 +904,19 @@ impl Inner {
                 return Err(e);
             }
         };
-        let time: (i64, i64) =
-            redis::from_redis_value(replies.pop().unwrap_or(Value::Nil)).unwrap_or((0, 0));
-        let limits = replies.pop().unwrap_or(Value::Nil);
+        let time = server_time(replies.pop().unwrap_or(Ok(Value::Nil)));
+        let limits = match replies.pop() {
+            Some(Ok(limits)) => limits,
+            Some(Err(e)) => {
+                log(&format!("ECHO.LIMITS {} failed: {e}", keys.schedule));
+                Value::Nil
+            }
+            None => Value::Nil,
+        };
         for (e, pending) in entries.iter_mut().zip(replies) {
             // [[entry, consumer, idle, deliveries]]
             e.deliveries = match pending {
-                Value::Array(rows) => match rows.first() {
+                Ok(Value::Array(rows)) => match rows.first() {
                     Some(Value::Array(row)) => match row.get(3) {
                         Some(Value::Int(n)) => (*n).max(0) as u64,
                         _ => 0,
@@ -845,13 +987,21 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
-/// `held-until-ms` of an `ECHO.LIMITS` reply (a flat array in RESP2, a map
-/// in RESP3); 0 when missing.
-fn held_until(limits: &Value) -> i64 {
-    held_until_of(limits, 0)
+/// `TIME`'s reply as (seconds, microseconds); (0, 0) when it failed (then
+/// any hold looks over and the entries start rather than wait).
+fn server_time(reply: RedisResult<Value>) -> (i64, i64) {
+    match reply.and_then(|v| redis::from_redis_value(v).map_err(Into::into)) {
+        Ok(time) => time,
+        Err(e) => {
+            log(&format!("TIME failed: {e}"));
+            (0, 0)
+        }
+    }
 }
 
-fn held_until_of(limits: &Value, default: i64) -> i64 {
+/// `held-until-ms` of an `ECHO.LIMITS` reply (a flat array in RESP2, a map
+/// in RESP3); 0 (not held) when missing or nil.
+fn held_until(limits: &Value) -> i64 {
     let pairs: Vec<(&Value, &Value)> = match limits {
         Value::Array(items) => items
             .chunks(2)
@@ -859,7 +1009,7 @@ fn held_until_of(limits: &Value, default: i64) -> i64 {
             .map(|p| (&p[0], &p[1]))
             .collect(),
         Value::Map(map) => map.iter().map(|(k, v)| (k, v)).collect(),
-        _ => return default,
+        _ => return 0,
     };
     for (key, value) in pairs {
         if text(key).as_deref() == Some("held-until-ms") {
@@ -869,7 +1019,7 @@ fn held_until_of(limits: &Value, default: i64) -> i64 {
             };
         }
     }
-    default
+    0
 }
 
 fn panic_message(join: tokio::task::JoinError) -> String {

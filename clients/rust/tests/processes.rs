@@ -368,6 +368,16 @@ fn crossworker_dead_prints_the_dead_set() {
     }
     ids.sort();
     assert_eq!(ids, ["d-0", "d-1"]);
+    // A missing error or payload is JSON null, as in the other languages.
+    let _: () = conn.hdel(format!("{{{queue}}}:jobs"), "d-1").unwrap();
+    let _: () = conn.hdel(format!("{{{queue}}}:errors"), "d-1").unwrap();
+    let out = crossworker_output(&server, &["dead", "--queue", &queue]);
+    let line = out
+        .lines()
+        .find(|l| l.contains("\"id\": \"d-1\""))
+        .unwrap_or_else(|| panic!("no d-1 in {out}"));
+    assert!(line.contains("\"error\": null"), "{line}");
+    assert!(line.contains("\"payload_hex\": null"), "{line}");
 }
 
 // 7 (takeover with max_deliveries): a job whose worker dies on every

@@ -367,8 +367,8 @@ async fn retries_then_success_and_the_dead_set() {
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].id, id);
     assert_eq!(dead[0].attempts, 3);
-    assert_eq!(dead[0].error, "always 3");
-    assert_eq!(dead[0].payload, b"doomed \x00\xff");
+    assert_eq!(dead[0].error.as_deref(), Some("always 3"));
+    assert_eq!(dead[0].payload.as_deref(), Some(&b"doomed \x00\xff"[..]));
     assert!(dead[0].died_at_ms >= runs.lock().unwrap()[2].started_ms);
     assert!(queue.dead(1, 10).await.unwrap().is_empty());
 

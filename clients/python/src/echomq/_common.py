@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from typing import Union
+from typing import Tuple, Union
 
 Payload = Union[bytes, bytearray, memoryview, str]
 
@@ -51,6 +51,8 @@ def to_str(value: Union[bytes, str]) -> str:
 
 
 def id_bytes(job_id: Union[bytes, str]) -> bytes:
+    """An id to look a job up with (requeue, remove): also one read back from the server that is
+    not valid UTF-8 (as ``dead()`` returns it, surrogate-escaped), so such a job can be repaired."""
     if isinstance(job_id, bytes):
         data = job_id
     else:
@@ -58,6 +60,28 @@ def id_bytes(job_id: Union[bytes, str]) -> bytes:
     if not data:
         raise ValueError("a job id must not be empty")
     return data
+
+
+def new_job_id(job_id: Union[bytes, bytearray, str]) -> Tuple[str, bytes]:
+    """An id given to ``add``: a non-empty string of valid UTF-8 (every library must be able to
+    hold it as a string). Returns it as str and as bytes; ValueError otherwise."""
+    if isinstance(job_id, (bytes, bytearray, memoryview)):
+        data = bytes(job_id)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("a job id must be valid UTF-8: %r" % data) from None
+    elif isinstance(job_id, str):
+        text = job_id
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a job id must be valid UTF-8: %r" % text) from None
+    else:
+        raise TypeError("a job id is str or bytes, not %s" % type(job_id).__name__)
+    if not data:
+        raise ValueError("a job id must not be empty")
+    return text, data
 
 
 def server_ms(time_reply) -> int:

@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from ._common import Keys, Payload, check_client, id_bytes, new_id, server_ms, to_bytes, to_str
+from ._common import Keys, Payload, check_client, id_bytes, new_id, new_job_id, server_ms, to_bytes, to_str
 
 # KEYS: jobs pending schedule   ARGV: id payload delay_ms
 ADD_SCRIPT = """
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
-else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+local r
+if ARGV[3] == '0' then r = redis.pcall('XADD', KEYS[2], '*', 'job', ARGV[1])
+else r = redis.pcall('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+if type(r) == 'table' and r.err then redis.call('HDEL', KEYS[1], ARGV[1]); return r end
 return 1
 """
 
@@ -56,10 +58,17 @@ class DeadJob:
     payload: Optional[bytes]
 
 
+MAX_DELAY_MS = 10_000_000_000_000  # the most ECHO.SCHEDULE takes
+
+
 def _delay(delay_ms: int) -> int:
+    """delay_ms checked before anything is sent: an integer in 0..=10^13, the range
+    ECHO.SCHEDULE takes (a refused schedule must not leave half a job behind)."""
+    if isinstance(delay_ms, bool) or int(delay_ms) != delay_ms:
+        raise ValueError("delay_ms must be an integer in 0..=%d, not %r" % (MAX_DELAY_MS, delay_ms))
     delay_ms = int(delay_ms)
-    if delay_ms < 0:
-        raise ValueError("delay_ms must not be negative")
+    if not 0 <= delay_ms <= MAX_DELAY_MS:
+        raise ValueError("delay_ms must be in 0..=%d, not %d" % (MAX_DELAY_MS, delay_ms))
     return delay_ms
 
 
@@ -99,14 +108,33 @@ class Queue:
         delay_ms = _delay(delay_ms)
         k = self.keys
         if id is not None:
-            jid = id_bytes(id)
+            text, jid = new_job_id(id)
+            # The script takes the payload back when the enqueue is refused, and raises.
             self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, data, delay_ms])
-            return to_str(id)
+            return text
         jid_s = new_id()
-        pipe = self.client.pipeline(transaction=True)
-        self._queue_add(pipe, jid_s.encode(), data, delay_ms, False)
-        pipe.execute()
+        self._execute_adds([(jid_s.encode(), data)], delay_ms, False)
         return jid_s
+
+    def _execute_adds(self, jobs, delay_ms: int, given: bool) -> None:
+        """One MULTI of adds; an error inside EXEC's reply is raised to the caller. A job with a
+        generated id whose enqueue was refused has its payload taken back (its id is unique: no
+        other job can own that payload)."""
+        pipe = self.client.pipeline(transaction=True)
+        for jid, payload in jobs:
+            self._queue_add(pipe, jid, payload, delay_ms, given)
+        replies = pipe.execute(raise_on_error=False)
+        errors = [r for r in replies if isinstance(r, Exception)]
+        if not errors:
+            return
+        if not given:
+            refused = [jid for i, (jid, _) in enumerate(jobs) if isinstance(replies[2 * i + 1], Exception)]
+            if refused:
+                try:
+                    self.client.hdel(self.keys.jobs, *refused)
+                except Exception:  # noqa: BLE001 - the first error is the one to report
+                    pass
+        raise errors[0]
 
     def add_many(
         self,
@@ -119,20 +147,18 @@ class Queue:
         data = [to_bytes(p) for p in payloads]
         delay_ms = _delay(delay_ms)
         if ids is not None:
-            out = [to_str(i) for i in ids]
+            checked = [new_job_id(i) for i in ids]
+            out = [text for text, _ in checked]
             if len(out) != len(data):
                 raise ValueError("add_many: ids and payloads differ in number")
-            raw = [id_bytes(i) for i in ids]
+            raw = [jid for _, jid in checked]
             given = True  # the pipeline loads the script before its MULTI when the server lacks it
         else:
             out = [new_id() for _ in data]
             raw = [i.encode() for i in out]
             given = False
         for start in range(0, len(data), BATCH):
-            pipe = self.client.pipeline(transaction=True)
-            for jid, payload in zip(raw[start : start + BATCH], data[start : start + BATCH]):
-                self._queue_add(pipe, jid, payload, delay_ms, given)
-            pipe.execute()
+            self._execute_adds(list(zip(raw[start : start + BATCH], data[start : start + BATCH])), delay_ms, given)
         return out
 
     # -- inspecting --------------------------------------------------------------------------

@@ -23,7 +23,24 @@ log = logging.getLogger("echomq")
 
 DEFAULT_BACKOFF = "jitter:exponential:1000:3600000"
 MAX_HOLD_MS = 86_400_000
+HOLD_RECHECK_S = 1.0  # a worker waiting out a hold asks again this often: a lifted hold is seen
 _TRANSIENT = (_ConnError, _TimeoutError, OSError)
+
+# One failed job (docs/clients.md, Working, step 4): the entry is acknowledged only when the retry
+# (or the move to dead) was written; a refused ECHO.RETRY leaves it delivered, to be taken over.
+# KEYS: schedule pending dead attempts errors
+# ARGV: id entry policy attempt max_attempts message hold_ms
+FAIL_SCRIPT = """
+if ARGV[7] ~= '0' then redis.call('ECHO.HOLD', KEYS[1], ARGV[7]) end
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
+local fired = redis.pcall('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
+                          'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
+if type(fired) == 'table' and fired.err then return fired end
+redis.call('XACK', KEYS[2], 'workers', ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
+return fired
+"""
 
 
 class RetryAfter(Exception):
@@ -172,6 +189,9 @@ class Worker:
         self._stopped = False
         self._ack_stop = False
         self._lease_stop = threading.Event()
+        self._deadline: Optional[float] = None  # monotonic time after which unsent outcomes are dropped
+        self._claim_cursor = b"0-0"  # XAUTOCLAIM's cursor, kept between takeovers
+        self._fail_script = self.client.register_script(FAIL_SCRIPT)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -269,6 +289,7 @@ class Worker:
             self._loop(reader, pool)
         finally:
             deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
+            self._deadline = deadline
             with self._lock:
                 while self._running > 0:
                     left = deadline - time.monotonic()
@@ -282,7 +303,7 @@ class Worker:
                 self._stopped = True
                 self._ack_stop = True
                 self._ack_cv.notify_all()
-            acker.join(timeout=30)
+            acker.join(timeout=max(deadline - time.monotonic(), 0) + 30)
             self._lease_stop.set()
             leaser.join(timeout=5)
             pool.shutdown()
@@ -337,12 +358,25 @@ class Worker:
         pipe.xreadgroup(GROUP, self.consumer, {k.pending: ">"}, count=free, block=block)
         pipe.execute_command("ECHO.LIMITS", k.schedule)
         pipe.time()
-        replies = pipe.execute()
+        # Not raising on the first error: a refused PROMOTE must not throw away the entries the
+        # XREADGROUP beside it delivered (they would wait for a takeover).
+        replies = pipe.execute(raise_on_error=False)
+        if self._self_promote and isinstance(replies[0], Exception):
+            log.warning("echomq: ECHO.PROMOTE failed (%s)", replies[0])
+        if isinstance(replies[-3], Exception):
+            raise replies[-3]
         entries = _read_entries(replies[-3])
         if not entries:
             return
-        held_until = _held_until(replies[-2])
-        now_ms = server_ms(replies[-1])
+        if self.closing:
+            self._hand_back(entries)
+            return
+        limits, now = replies[-2], replies[-1]
+        if isinstance(limits, Exception) or isinstance(now, Exception):
+            log.warning("echomq: ECHO.LIMITS or TIME failed (%s); the entries are not held", limits)
+            held_until, now_ms = 0, 0
+        else:
+            held_until, now_ms = _held_until(limits), server_ms(now)
         if not self._wait_hold(reader, entries, held_until, now_ms):
             return
         fetch = reader.pipeline(transaction=False)
@@ -361,7 +395,7 @@ class Worker:
 
     def _wait_hold(self, reader, entries, held_until: int, now_ms: int) -> bool:
         """Keeps entries taken while the queue is held, and returns True once the hold has ended
-        (by the server's clock), False when the worker closes first (they stay in the group)."""
+        (by the server's clock), False when the worker closes first (they are handed back)."""
         if held_until <= now_ms:
             return True
         with self._lock:
@@ -369,8 +403,9 @@ class Worker:
                 self._leased[eid] = jid or b""
         try:
             while held_until > now_ms:
-                self._sleep((held_until - now_ms) / 1000)
+                self._sleep(min((held_until - now_ms) / 1000, HOLD_RECHECK_S))
                 if self.closing:
+                    self._hand_back(entries)
                     return False
                 pipe = reader.pipeline(transaction=False)
                 pipe.execute_command("ECHO.LIMITS", self.keys.schedule)
@@ -383,7 +418,26 @@ class Worker:
                 for eid, _ in entries:
                     self._leased.pop(eid, None)
 
+    def _hand_back(self, entries) -> None:
+        """Entries taken but not started when the worker closes: back to pending at once
+        (XACK, XDEL, XADD in one MULTI), so another worker gets them without waiting for the lease.
+        On an error they stay in the group and are taken over after the lease."""
+        k = self.keys
+        try:
+            pipe = self.client.pipeline(transaction=True)
+            for eid, jid in entries:
+                pipe.xack(k.pending, GROUP, eid)
+                pipe.xdel(k.pending, eid)
+                if jid is not None:
+                    pipe.xadd(k.pending, {b"job": jid})
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("echomq: cannot hand back %d entries (%s); they are taken over after the lease", len(entries), exc)
+
     def _launch(self, pool: _Pool, rows) -> None:
+        if self.closing:
+            self._hand_back([(eid, jid) for eid, jid, _, _ in rows])
+            return
         for eid, jid, payload, attempts in rows:
             if jid is None or payload is None:
                 # The job was removed: acknowledge the entry, run nothing.
@@ -399,7 +453,10 @@ class Worker:
 
     def _takeover(self, reader, pool: _Pool, free: int) -> None:
         k = self.keys
-        reply = self.client.xautoclaim(k.pending, GROUP, self.consumer, self.lease_ms, "0-0", count=free)
+        reply = self.client.xautoclaim(k.pending, GROUP, self.consumer, self.lease_ms, self._claim_cursor, count=free)
+        # One call looks at no more than 10 x COUNT entries: go on from where it stopped (it
+        # replies 0-0 at the end), or an old entry behind many live ones is never reached.
+        self._claim_cursor = reply[0] or b"0-0"
         claimed = [(eid, _fields_job(fields)) for eid, fields in (reply[1] or []) if eid is not None]
         if not claimed:
             return
@@ -418,12 +475,15 @@ class Worker:
             if jid is not None and payload is not None and deliveries > self.max_deliveries:
                 attempt = int(attempts or 0) + 1
                 message = "delivered %d times without an outcome" % deliveries
-                self._fail(eid, jid, attempt, RuntimeError(message))
+                self._fail(eid, jid, attempt, RuntimeError(message), resend=False)
                 continue
             rows.append((eid, jid, payload, attempts))
         if not rows:
             return
         entries = [(eid, jid) for eid, jid, _, _ in rows]
+        if self.closing:
+            self._hand_back(entries)
+            return
         if self._wait_hold(reader, entries, _held_until(values[-2]), server_ms(values[-1])):
             self._launch(pool, rows)
 
@@ -433,12 +493,15 @@ class Worker:
             self.handler(Job(to_str(jid), payload, attempt))
         except BaseException as exc:  # noqa: BLE001 - any raise fails the job
             outcome = exc
+        keep_lease = False
         try:
             if outcome is None:
+                # The entry stays in the lease set (renewed) until the ack loop confirms it.
                 with self._ack_cv:
                     if not self._stopped:
                         self._acks.append((eid, jid))
                         self._ack_cv.notify()
+                        keep_lease = True
             elif not self._stopped:
                 self._fail(eid, jid, attempt, outcome)
         except Exception:  # noqa: BLE001
@@ -446,38 +509,70 @@ class Worker:
         finally:
             with self._lock:
                 self._running -= 1
-                self._leased.pop(eid, None)
+                if not keep_lease:
+                    self._leased.pop(eid, None)
                 self._lock.notify_all()
 
-    def _fail(self, eid: bytes, jid: bytes, attempt: int, exc: BaseException) -> None:
+    def _give_up(self) -> bool:
+        """True once the worker is closed and its shutdown timeout has passed: an outcome not
+        written by then is dropped (the entry stays in the group and is taken over)."""
+        deadline = self._deadline
+        return deadline is not None and time.monotonic() >= deadline
+
+    def _fail(self, eid: bytes, jid: bytes, attempt: int, exc: BaseException, resend: bool = True) -> None:
+        """Writes a failure with the script of step 4 (EVALSHA, loaded again on NOSCRIPT). The
+        caller keeps the entry leased meanwhile; on a connection error the script is sent again
+        (short backoff) until it is confirmed or the worker gives up (``resend`` False: once)."""
         k = self.keys
-        pipe = self.client.pipeline(transaction=True)
-        if isinstance(exc, RetryAfter):
-            pipe.execute_command("ECHO.HOLD", k.schedule, min(exc.ms, MAX_HOLD_MS))
-        pipe.execute_command(
-            "ECHO.RETRY", k.schedule, jid, self.backoff, attempt, "MAXATTEMPTS", self.max_attempts, "DEAD", k.dead
-        )
-        pipe.hset(k.attempts, jid, attempt)
-        pipe.hset(k.errors, jid, error_text(exc))
-        pipe.xack(k.pending, GROUP, eid)
-        pipe.xdel(k.pending, eid)
-        pipe.execute()
+        hold_ms = min(exc.ms, MAX_HOLD_MS) if isinstance(exc, RetryAfter) else 0  # 0: no hold
+        args = [jid, eid, self.backoff, attempt, self.max_attempts, error_text(exc), hold_ms]
+        pause = 0.05
+        while True:
+            try:
+                self._fail_script(keys=[k.schedule, k.pending, k.dead, k.attempts, k.errors], args=args)
+                return
+            except _TRANSIENT as err:
+                if not resend or self._give_up():
+                    raise
+                log.warning("echomq: cannot write a failure (%s); sending it again", err)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     def _ack_loop(self) -> None:
+        """Sends the successes, batched: those finished while a batch is on the wire go in the
+        next. A batch refused by a connection error is sent again (with what joined it meanwhile)
+        until it is confirmed, or the worker is closed and its shutdown timeout has passed; its
+        entries stay leased (renewed) until then, so no other worker runs them again."""
+        batch: List[Tuple[bytes, Optional[bytes]]] = []
+        pause = 0.05
         while True:
             with self._ack_cv:
-                while not self._acks and not self._ack_stop:
+                while not self._acks and not batch and not self._ack_stop:
                     self._ack_cv.wait(0.5)
-                if not self._acks:
-                    return
-                batch, self._acks = self._acks, []
-            for attempt in range(3):
-                try:
-                    self._send_acks(batch)
-                    break
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("echomq: acknowledgement failed (%s)", exc)
-                    time.sleep(0.2 * (attempt + 1))
+                batch.extend(self._acks)
+                self._acks = []
+            if not batch:
+                return
+            try:
+                self._send_acks(batch)
+            except Exception as exc:  # noqa: BLE001
+                if self._give_up() or not isinstance(exc, _TRANSIENT):
+                    log.warning("echomq: acknowledgement of %d entries failed (%s); they are taken over after the lease", len(batch), exc)
+                    self._release(batch)
+                    batch = []
+                    continue
+                log.warning("echomq: acknowledgement failed (%s); sending it again", exc)
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            self._release(batch)
+            batch = []
+            pause = 0.05
+
+    def _release(self, batch) -> None:
+        with self._lock:
+            for eid, _ in batch:
+                self._leased.pop(eid, None)
 
     def _send_acks(self, batch) -> None:
         k = self.keys

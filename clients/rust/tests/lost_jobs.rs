@@ -1,0 +1,694 @@
+//! Jobs neither lost nor run twice where a worker or a producer meets an
+//! error: a refused enqueue or retry, a hold another worker set, an orphan
+//! behind many live entries, an acknowledgement on a dropped connection,
+//! a job removed and added again while its old entry is dropped. Each
+//! against a real server.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{eventually, queue_name, Server};
+use echomq_client::{
+    AddOptions, Job, JobError, Queue, QueueConnection, Worker, WorkerHandle, WorkerOptions,
+    MAX_DELAY_MS,
+};
+use redis::{AsyncCommands, Value};
+use tokio::task::JoinHandle;
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn spawn(worker: Worker) -> (WorkerHandle, JoinHandle<redis::RedisResult<()>>) {
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run()))
+}
+
+async fn stop(handle: WorkerHandle, task: JoinHandle<redis::RedisResult<()>>) {
+    handle.close();
+    tokio::time::timeout(LONG, task)
+        .await
+        .expect("run returns after close")
+        .expect("run did not panic")
+        .expect("run ended without error");
+}
+
+/// Delivered, unacknowledged entries of the queue (XPENDING's summary; 0
+/// before the group exists).
+async fn in_flight(conn: &mut QueueConnection, name: &str) -> i64 {
+    let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
+        .arg(format!("{{{name}}}:pending"))
+        .arg("workers")
+        .query_async(conn)
+        .await;
+    let summary = match summary {
+        // Before the worker made the group.
+        Err(e) if e.code() == Some("NOGROUP") => return 0,
+        other => other.unwrap(),
+    };
+    match summary {
+        Value::Array(items) => match items.first() {
+            Some(Value::Int(n)) => *n,
+            other => panic!("XPENDING summary: {other:?}"),
+        },
+        other => panic!("XPENDING summary: {other:?}"),
+    }
+}
+
+async fn server_ms(conn: &mut QueueConnection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// `held-until-ms` of `ECHO.LIMITS` (0 when the field is absent or nil).
+async fn held_until(conn: &mut QueueConnection, name: &str) -> i64 {
+    let limits: Value = redis::cmd("ECHO.LIMITS")
+        .arg(format!("{{{name}}}:schedule"))
+        .query_async(conn)
+        .await
+        .unwrap();
+    let Value::Array(items) = limits else {
+        panic!("ECHO.LIMITS: {limits:?}")
+    };
+    for pair in items.chunks(2) {
+        if let [Value::BulkString(key), value] = pair {
+            if key == b"held-until-ms" {
+                return match value {
+                    Value::Int(n) => *n,
+                    _ => 0,
+                };
+            }
+        }
+    }
+    0
+}
+
+/// A field of `CLIENT LIST ID <id>`.
+async fn client_field(conn: &mut QueueConnection, id: i64, field: &str) -> String {
+    let line: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("ID")
+        .arg(id)
+        .query_async(conn)
+        .await
+        .unwrap();
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{field}=")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {field} in {line}"))
+}
+
+/// Blocks the queue's shared connection (the one the worker acknowledges
+/// on) with a BLPOP of `key`: every command sent after it waits in the
+/// server's query buffer until the test pushes to `key`. Returns the
+/// connection's client id once the BLPOP is in force.
+async fn block_shared_connection(
+    queue: &Queue,
+    observer: &mut QueueConnection,
+    key: &str,
+) -> (i64, JoinHandle<redis::RedisResult<Value>>) {
+    let mut shared = queue.connection();
+    let id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut shared)
+        .await
+        .unwrap();
+    let key = key.to_string();
+    let blpop = tokio::spawn(async move {
+        redis::cmd("BLPOP")
+            .arg(key)
+            .arg(25)
+            .query_async::<Value>(&mut shared)
+            .await
+    });
+    eventually("the BLPOP to block", LONG, || {
+        let mut observer = observer.clone();
+        async move { client_field(&mut observer, id, "cmd").await == "blpop" }
+    })
+    .await;
+    (id, blpop)
+}
+
+/// Commands waiting behind the BLPOP on the blocked connection.
+async fn queued_behind(observer: &mut QueueConnection, id: i64) -> bool {
+    client_field(observer, id, "qbuf")
+        .await
+        .parse::<u64>()
+        .unwrap()
+        > 0
+}
+
+// A given-id add whose enqueue is refused leaves no trace: the delay is
+// checked before anything is sent, and a schedule of the wrong type takes
+// the payload back, so the id is not left taken by a job that is nowhere.
+// A generated-id add meeting the same refusal returns the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_add_leaves_no_trace() {
+    let server = Server::start();
+    let name = queue_name("ghost");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let jobs = format!("{{{name}}}:jobs");
+
+    let too_late = AddOptions {
+        id: Some("far".into()),
+        delay_ms: MAX_DELAY_MS + 1,
+    };
+    let err = queue.add(b"x", too_late.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("0..=10000000000000"), "{err}");
+    assert!(!conn.hexists::<_, _, bool>(&jobs, "far").await.unwrap());
+    let err = queue.add_many_with([(b"y", too_late)]).await.unwrap_err();
+    assert!(err.to_string().contains("0..=10000000000000"), "{err}");
+    assert!(!conn.hexists::<_, _, bool>(&jobs, "far").await.unwrap());
+    // Nothing of a batch with one bad delay is sent.
+    let err = queue
+        .add_many_with([
+            (
+                &b"fine"[..],
+                AddOptions {
+                    id: Some("first".into()),
+                    delay_ms: 0,
+                },
+            ),
+            (
+                &b"late"[..],
+                AddOptions {
+                    id: None,
+                    delay_ms: MAX_DELAY_MS + 1,
+                },
+            ),
+        ])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("0..=10000000000000"), "{err}");
+    // A generated id: no payload is left behind either.
+    let err = queue
+        .add(
+            b"late",
+            AddOptions {
+                id: None,
+                delay_ms: MAX_DELAY_MS + 1,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("0..=10000000000000"), "{err}");
+    let stored: u64 = conn.hlen(&jobs).await.unwrap();
+    assert_eq!(stored, 0, "a payload was left behind");
+    // The id is free: a valid add of it is a job.
+    let at_most = AddOptions {
+        id: Some("far".into()),
+        delay_ms: MAX_DELAY_MS,
+    };
+    assert_eq!(queue.add(b"ok", at_most).await.unwrap(), "far");
+    let stored: Option<Vec<u8>> = conn.hget(&jobs, "far").await.unwrap();
+    assert_eq!(stored.as_deref(), Some(&b"ok"[..]));
+
+    // A schedule of the wrong type refuses the enqueue.
+    let name = queue_name("wrongtype");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let jobs = format!("{{{name}}}:jobs");
+    let _: () = conn
+        .set(format!("{{{name}}}:schedule"), "not a sorted set")
+        .await
+        .unwrap();
+    let delayed = |id: Option<&str>| AddOptions {
+        id: id.map(str::to_string),
+        delay_ms: 1000,
+    };
+    let err = queue.add(b"z", delayed(Some("given"))).await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert!(!conn.hexists::<_, _, bool>(&jobs, "given").await.unwrap());
+    let err = queue
+        .add_many_with([(b"z", delayed(Some("given")))])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert!(!conn.hexists::<_, _, bool>(&jobs, "given").await.unwrap());
+    let err = queue.add(b"z", delayed(None)).await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    // Once the key is repaired the id is free.
+    let _: () = conn.del(format!("{{{name}}}:schedule")).await.unwrap();
+    queue.add(b"z", delayed(Some("given"))).await.unwrap();
+    let scheduled: u64 = conn.zcard(format!("{{{name}}}:schedule")).await.unwrap();
+    assert_eq!(scheduled, 1);
+}
+
+// A failure whose retry the server refuses (a schedule key of the wrong
+// type) leaves the entry delivered and unacknowledged, to be taken over
+// after the lease, instead of acknowledging a job that is then in no key.
+// The same key makes ECHO.PROMOTE and ECHO.LIMITS fail in every read: the
+// entries the read delivered are still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_retry_keeps_the_entry() {
+    let server = Server::start();
+    let name = queue_name("refused");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let id = queue.add(b"fails", AddOptions::default()).await.unwrap();
+    let _: () = conn
+        .set(format!("{{{name}}}:schedule"), "not a sorted set")
+        .await
+        .unwrap();
+    let runs = Arc::new(Mutex::new(0));
+    let counter = runs.clone();
+    let worker = Worker::new(
+        Queue::new(server.client(), &name).await.unwrap(),
+        move |_job: Job| {
+            *counter.lock().unwrap() += 1;
+            async { Err(JobError::msg("it failed")) }
+        },
+        WorkerOptions {
+            lease_ms: 60_000,
+            ..WorkerOptions::default()
+        },
+    );
+    let (handle, task) = spawn(worker);
+    let errors = format!("{{{name}}}:errors");
+    eventually("the failure to be written", LONG, || {
+        let (mut conn, errors, id) = (conn.clone(), errors.clone(), id.clone());
+        async move { conn.hexists::<_, _, bool>(errors, id).await.unwrap() }
+    })
+    .await;
+    stop(handle, task).await;
+    assert_eq!(*runs.lock().unwrap(), 1);
+    assert_eq!(
+        in_flight(&mut conn, &name).await,
+        1,
+        "the entry was dropped"
+    );
+    let stored: Option<Vec<u8>> = conn.hget(format!("{{{name}}}:jobs"), &id).await.unwrap();
+    assert_eq!(stored.as_deref(), Some(&b"fails"[..]));
+}
+
+// RetryAfter(0) holds nothing, and so does not lift the hold another worker
+// set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_zero_keeps_another_hold() {
+    let server = Server::start();
+    let name = queue_name("hold0");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let id = queue.add(b"busy", AddOptions::default()).await.unwrap();
+    let schedule = format!("{{{name}}}:schedule");
+    let handler_conn = queue.connection();
+    let worker = Worker::new(
+        queue.clone(),
+        move |_job: Job| {
+            let (mut conn, schedule) = (handler_conn.clone(), schedule.clone());
+            async move {
+                // Another worker's RetryAfter, while this one runs.
+                let _: Value = redis::cmd("ECHO.HOLD")
+                    .arg(schedule)
+                    .arg(600_000)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                Err(JobError::RetryAfter(0))
+            }
+        },
+        WorkerOptions::default(),
+    );
+    let (handle, task) = spawn(worker);
+    let attempts = format!("{{{name}}}:attempts");
+    eventually("the failure to be written", LONG, || {
+        let (mut conn, attempts, id) = (conn.clone(), attempts.clone(), id.clone());
+        async move { conn.hexists::<_, _, bool>(attempts, id).await.unwrap() }
+    })
+    .await;
+    let now = server_ms(&mut conn).await;
+    let until = held_until(&mut conn, &name).await;
+    assert!(
+        until > now + 500_000,
+        "the other hold was lifted: held until {until}, now {now}"
+    );
+    stop(handle, task).await;
+}
+
+// Takeover goes on from XAUTOCLAIM's cursor: an orphan entry behind more
+// live entries than one call looks at (10 x COUNT, COUNT = 1 free slot) is
+// reached, and the live entries are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_behind_live_entries_is_taken_over() {
+    let server = Server::start();
+    let name = queue_name("orphan");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let pending = format!("{{{name}}}:pending");
+    queue.ensure_group().await.unwrap();
+    let ids = queue
+        .add_many((0..13).map(|i| format!("job-{i}")))
+        .await
+        .unwrap();
+    let read = |consumer: &'static str, count: usize| {
+        let (mut conn, pending) = (conn.clone(), pending.clone());
+        async move {
+            let reply: Value = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg("workers")
+                .arg(consumer)
+                .arg("COUNT")
+                .arg(count)
+                .arg("STREAMS")
+                .arg(pending)
+                .arg(">")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // [[stream, [[entry, fields], ...]]]
+            let Value::Array(streams) = reply else {
+                panic!("{reply:?}")
+            };
+            let Some(Value::Array(stream)) = streams.into_iter().next() else {
+                panic!("no stream")
+            };
+            let Some(Value::Array(entries)) = stream.into_iter().nth(1) else {
+                panic!("no entries")
+            };
+            entries
+                .into_iter()
+                .map(|e| match e {
+                    Value::Array(parts) => match &parts[0] {
+                        Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+                        other => panic!("{other:?}"),
+                    },
+                    other => panic!("{other:?}"),
+                })
+                .collect::<Vec<String>>()
+        }
+    };
+    // Twelve entries of a live consumer, then the orphan of a dead one.
+    let live = read("live", 12).await;
+    assert_eq!(live.len(), 12);
+    assert_eq!(read("gone", 1).await.len(), 1);
+    let renew = {
+        let (mut conn, pending) = (conn.clone(), pending.clone());
+        tokio::spawn(async move {
+            loop {
+                let mut claim = redis::cmd("XCLAIM");
+                claim.arg(&pending).arg("workers").arg("live").arg(0);
+                for entry in &live {
+                    claim.arg(entry);
+                }
+                claim.arg("JUSTID");
+                let _: Value = claim.query_async(&mut conn).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let record = runs.clone();
+    let worker = Worker::new(
+        queue.clone(),
+        move |job: Job| {
+            record.lock().unwrap().push(job.id);
+            async { Ok(()) }
+        },
+        WorkerOptions {
+            concurrency: 1,
+            lease_ms: 2000,
+            ..WorkerOptions::default()
+        },
+    );
+    let (handle, task) = spawn(worker);
+    let orphan = ids[12].clone();
+    eventually("the orphan to run", Duration::from_secs(60), || {
+        let (runs, orphan) = (runs.clone(), orphan.clone());
+        async move { runs.lock().unwrap().contains(&orphan) }
+    })
+    .await;
+    stop(handle, task).await;
+    renew.abort();
+    assert_eq!(*runs.lock().unwrap(), vec![orphan]);
+    assert_eq!(in_flight(&mut conn, &name).await, 12);
+}
+
+// An entry whose job was removed is acknowledged and deleted without the
+// HDELs of a success: a job added again with that id meanwhile keeps its
+// payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_removed_job_keeps_its_successor() {
+    let server = Server::start();
+    let name = queue_name("readd");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let observer_queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut observer = observer_queue.connection();
+    queue.ensure_group().await.unwrap();
+    let runs = Arc::new(Mutex::new(0));
+    let counter = runs.clone();
+    let worker = Worker::new(
+        queue.clone(),
+        move |_job: Job| {
+            *counter.lock().unwrap() += 1;
+            async { Ok(()) }
+        },
+        WorkerOptions::default(),
+    );
+    let (handle, task) = spawn(worker);
+    // Give the worker time to start before its connection is blocked.
+    eventually("the worker to read", LONG, || {
+        let (mut observer, name) = (observer.clone(), name.clone());
+        async move {
+            let consumers: Value = redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(format!("{{{name}}}:pending"))
+                .arg("workers")
+                .query_async(&mut observer)
+                .await
+                .unwrap();
+            matches!(consumers, Value::Array(c) if !c.is_empty())
+        }
+    })
+    .await;
+    let release = format!("{{{name}}}:release");
+    let (shared, blpop) = block_shared_connection(&queue, &mut observer, &release).await;
+    // The entry of a removed job: it names an id with no payload.
+    let _: String = redis::cmd("XADD")
+        .arg(format!("{{{name}}}:pending"))
+        .arg("*")
+        .arg("job")
+        .arg("same")
+        .query_async(&mut observer)
+        .await
+        .unwrap();
+    eventually("the drop to wait behind the BLPOP", LONG, || {
+        let mut observer = observer.clone();
+        async move { queued_behind(&mut observer, shared).await }
+    })
+    .await;
+    // Added again, delayed, while the old entry's drop is on its way.
+    observer_queue
+        .add(
+            b"new",
+            AddOptions {
+                id: Some("same".into()),
+                delay_ms: 600_000,
+            },
+        )
+        .await
+        .unwrap();
+    let _: () = observer.rpush(&release, "go").await.unwrap();
+    blpop.await.unwrap().unwrap();
+    eventually("the old entry to be dropped", LONG, || {
+        let (mut observer, name) = (observer.clone(), name.clone());
+        async move { in_flight(&mut observer, &name).await == 0 }
+    })
+    .await;
+    stop(handle, task).await;
+    assert_eq!(*runs.lock().unwrap(), 0, "the removed job ran");
+    let stored: Option<Vec<u8>> = observer
+        .hget(format!("{{{name}}}:jobs"), "same")
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.as_deref(),
+        Some(&b"new"[..]),
+        "the new job lost its payload"
+    );
+}
+
+// A success whose acknowledgement meets a dropped connection is sent again
+// (the entry stays leased meanwhile): the job is acknowledged and its
+// traces deleted, not left to run again after the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledgement_on_a_dropped_connection_is_sent_again() {
+    let server = Server::start();
+    let name = queue_name("resend");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let observer_queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut observer = observer_queue.connection();
+    queue.ensure_group().await.unwrap();
+    let runs = Arc::new(Mutex::new(0));
+    let counter = runs.clone();
+    let worker = Worker::new(
+        queue.clone(),
+        move |_job: Job| {
+            *counter.lock().unwrap() += 1;
+            async { Ok(()) }
+        },
+        WorkerOptions {
+            lease_ms: 60_000,
+            ..WorkerOptions::default()
+        },
+    );
+    let (handle, task) = spawn(worker);
+    eventually("the worker to read", LONG, || {
+        let (mut observer, name) = (observer.clone(), name.clone());
+        async move {
+            let consumers: Value = redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(format!("{{{name}}}:pending"))
+                .arg("workers")
+                .query_async(&mut observer)
+                .await
+                .unwrap();
+            matches!(consumers, Value::Array(c) if !c.is_empty())
+        }
+    })
+    .await;
+    let release = format!("{{{name}}}:release");
+    let (shared, blpop) = block_shared_connection(&queue, &mut observer, &release).await;
+    let id = observer_queue
+        .add(b"work", AddOptions::default())
+        .await
+        .unwrap();
+    eventually("the acknowledgement to wait behind the BLPOP", LONG, || {
+        let mut observer = observer.clone();
+        async move { queued_behind(&mut observer, shared).await }
+    })
+    .await;
+    // The connection drops with the acknowledgement unanswered.
+    let _: Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(shared)
+        .query_async(&mut observer)
+        .await
+        .unwrap();
+    assert!(blpop.await.unwrap().is_err());
+    eventually("the job to be acknowledged", LONG, || {
+        let (mut observer, name) = (observer.clone(), name.clone());
+        async move { in_flight(&mut observer, &name).await == 0 }
+    })
+    .await;
+    stop(handle, task).await;
+    assert_eq!(*runs.lock().unwrap(), 1);
+    let exists: bool = observer
+        .hexists(format!("{{{name}}}:jobs"), &id)
+        .await
+        .unwrap();
+    assert!(!exists, "the job's payload is still there");
+}
+
+// Options that would lose or repeat jobs are refused by run: a zero lease
+// (XAUTOCLAIM would take every live entry), zero deliveries (every job
+// taken over would fail), no slots, no attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_options_are_refused() {
+    let server = Server::start();
+    let name = queue_name("options");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let bad = [
+        (
+            WorkerOptions {
+                lease_ms: 2,
+                ..WorkerOptions::default()
+            },
+            "lease_ms",
+        ),
+        (
+            WorkerOptions {
+                max_deliveries: 0,
+                ..WorkerOptions::default()
+            },
+            "max_deliveries",
+        ),
+        (
+            WorkerOptions {
+                concurrency: 0,
+                ..WorkerOptions::default()
+            },
+            "concurrency",
+        ),
+        (
+            WorkerOptions {
+                max_attempts: 0,
+                ..WorkerOptions::default()
+            },
+            "max_attempts",
+        ),
+    ];
+    for (options, field) in bad {
+        let worker = Worker::new(queue.clone(), |_job: Job| async { Ok(()) }, options);
+        let err = tokio::time::timeout(LONG, worker.run())
+            .await
+            .expect("run returns at once")
+            .unwrap_err();
+        assert!(err.to_string().contains(field), "{err}");
+    }
+    // Nothing was started: no group, no stream.
+    let mut conn = queue.connection();
+    let exists: bool = conn.exists(format!("{{{name}}}:pending")).await.unwrap();
+    assert!(!exists);
+    // lease_ms 3 is the least accepted.
+    let worker = Worker::new(
+        queue.clone(),
+        |_job: Job| async { Ok(()) },
+        WorkerOptions {
+            lease_ms: 3,
+            ..WorkerOptions::default()
+        },
+    );
+    let (handle, task) = spawn(worker);
+    stop(handle, task).await;
+}
+
+// A worker waiting out a hold asks again at least every second: a hold
+// lifted meanwhile (ECHO.HOLD ... 0) is seen, not waited out to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifted_hold_is_seen() {
+    let server = Server::start();
+    let name = queue_name("lifted");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let schedule = format!("{{{name}}}:schedule");
+    let hold = |ms: u64| {
+        let (mut conn, schedule) = (conn.clone(), schedule.clone());
+        async move {
+            let _: Value = redis::cmd("ECHO.HOLD")
+                .arg(schedule)
+                .arg(ms)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
+    hold(600_000).await;
+    let id = queue.add(b"held", AddOptions::default()).await.unwrap();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let record = runs.clone();
+    let worker = Worker::new(
+        queue.clone(),
+        move |job: Job| {
+            record.lock().unwrap().push(job.id);
+            async { Ok(()) }
+        },
+        WorkerOptions::default(),
+    );
+    let (handle, task) = spawn(worker);
+    // Delivered, and waiting for the hold's end.
+    eventually("the entry to be delivered", LONG, || {
+        let (mut conn, name) = (conn.clone(), name.clone());
+        async move { in_flight(&mut conn, &name).await == 1 }
+    })
+    .await;
+    assert!(runs.lock().unwrap().is_empty(), "it ran while held");
+    hold(0).await;
+    assert_eq!(held_until(&mut conn, &name).await, 0);
+    eventually("the job to run once the hold is lifted", LONG, || {
+        let runs = runs.clone();
+        async move { !runs.lock().unwrap().is_empty() }
+    })
+    .await;
+    stop(handle, task).await;
+    assert_eq!(*runs.lock().unwrap(), vec![id]);
+}
