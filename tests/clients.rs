@@ -556,3 +556,57 @@ fn a_killed_workers_jobs_are_done_by_another_language() {
         assert_queue_empty(&mut con, &queue);
     }
 }
+
+/// The code lines of `text` (trimmed, without blank lines and Lua comments).
+fn code_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("--"))
+        .collect()
+}
+
+/// The Lua scripts of the protocol are written in docs/clients.md and again
+/// in each library (each package stands alone): the copies must be the same
+/// code, line for line, or a queue shared by two languages behaves two ways.
+#[test]
+fn every_library_runs_the_scripts_the_protocol_shows() {
+    let doc = std::fs::read_to_string(source("docs/clients.md")).expect("docs/clients.md");
+    let scripts: Vec<Vec<&str>> = doc
+        .split("```lua")
+        .skip(1)
+        .map(|rest| code_lines(rest.split("```").next().expect("a closed block")))
+        .collect();
+    assert_eq!(scripts.len(), 2, "the add and the failure scripts");
+    let libraries = [
+        (
+            "Python",
+            &[
+                "clients/python/src/echomq/queue.py",
+                "clients/python/src/echomq/worker.py",
+            ],
+        ),
+        (
+            "Node.js",
+            &["clients/node/src/queue.js", "clients/node/src/worker.js"],
+        ),
+        (
+            "Rust",
+            &["clients/rust/src/queue.rs", "clients/rust/src/worker.rs"],
+        ),
+    ];
+    for (lang, files) in libraries {
+        let text: String = files
+            .iter()
+            .map(|f| std::fs::read_to_string(source(f)).expect(f))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for script in &scripts {
+            assert!(
+                lines.windows(script.len()).any(|w| w == script.as_slice()),
+                "{lang} does not run this script of docs/clients.md:\n{}",
+                script.join("\n")
+            );
+        }
+    }
+}

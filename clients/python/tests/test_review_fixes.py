@@ -332,3 +332,27 @@ def test_crossworker_dead_prints_null_for_missing_error_and_payload(client, qnam
     assert [json.loads(line) for line in out] == [
         {"id": "bare", "died_at_ms": 5, "attempts": 0, "error": None, "payload_hex": None}
     ]
+
+
+def test_a_failure_sent_twice_is_written_once(client, qname):
+    """The failure script run again for the same entry (a resend after a lost reply) writes
+    nothing: the first run acknowledged the entry, so the retry is not drawn a second time."""
+    from echomq.worker import FAIL_SCRIPT
+
+    k = keys(qname)
+    q = echomq.Queue(client, qname)
+    client.xgroup_create(k["pending"], "workers", id="0", mkstream=True)
+    job = q.add(b"x")
+    client.xreadgroup("workers", "me", {k["pending"]: ">"}, count=1)
+    entry = client.xpending_range(k["pending"], "workers", "-", "+", 1)[0]["message_id"]
+    fail = client.register_script(FAIL_SCRIPT)
+    script_keys = [k["schedule"], k["pending"], k["dead"], k["attempts"], k["errors"]]
+    args = [job, entry, "fixed:60000", 1, 5, "boom", 0]
+    fired = fail(keys=script_keys, args=args)
+    assert fired > 0
+    assert client.zscore(k["schedule"], job) == fired
+    args[1:] = [entry, "fixed:120000", 2, 5, "boom again", 0]
+    assert fail(keys=script_keys, args=args) == -3
+    assert client.zscore(k["schedule"], job) == fired, "the retry was not drawn again"
+    assert client.hget(k["attempts"], job) == b"1"
+    assert client.hget(k["errors"], job) == b"boom"

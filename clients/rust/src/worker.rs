@@ -121,6 +121,7 @@ const HOLD_CHECK: Duration = Duration::from_secs(1);
 /// refused (a key of the wrong type), the entry stays delivered and is taken
 /// over after the lease instead of being in no key at all.
 const FAIL_SCRIPT: &str = r"
+if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return -3 end
 if ARGV[7] ~= '0' then redis.call('ECHO.HOLD', KEYS[1], ARGV[7]) end
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])

@@ -35,6 +35,25 @@ async fn stop(handle: WorkerHandle, task: JoinHandle<redis::RedisResult<()>>) {
 
 /// Delivered, unacknowledged entries of the queue (XPENDING's summary; 0
 /// before the group exists).
+/// Waits until the worker has joined the group (its first read is on the
+/// wire), so that blocking its shared connection cannot come first.
+async fn worker_is_reading(observer: &QueueConnection, name: &str) {
+    eventually("the worker to read", LONG, || {
+        let (mut observer, name) = (observer.clone(), name.to_string());
+        async move {
+            let consumers: Value = redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(format!("{{{name}}}:pending"))
+                .arg("workers")
+                .query_async(&mut observer)
+                .await
+                .unwrap();
+            matches!(consumers, Value::Array(c) if !c.is_empty())
+        }
+    })
+    .await;
+}
+
 async fn in_flight(conn: &mut QueueConnection, name: &str) -> i64 {
     let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
         .arg(format!("{{{name}}}:pending"))
@@ -445,20 +464,7 @@ async fn dropping_a_removed_job_keeps_its_successor() {
     );
     let (handle, task) = spawn(worker);
     // Give the worker time to start before its connection is blocked.
-    eventually("the worker to read", LONG, || {
-        let (mut observer, name) = (observer.clone(), name.clone());
-        async move {
-            let consumers: Value = redis::cmd("XINFO")
-                .arg("CONSUMERS")
-                .arg(format!("{{{name}}}:pending"))
-                .arg("workers")
-                .query_async(&mut observer)
-                .await
-                .unwrap();
-            matches!(consumers, Value::Array(c) if !c.is_empty())
-        }
-    })
-    .await;
+    worker_is_reading(&observer, &name).await;
     let release = format!("{{{name}}}:release");
     let (shared, blpop) = block_shared_connection(&queue, &mut observer, &release).await;
     // The entry of a removed job: it names an id with no payload.
@@ -531,20 +537,7 @@ async fn an_acknowledgement_on_a_dropped_connection_is_sent_again() {
         },
     );
     let (handle, task) = spawn(worker);
-    eventually("the worker to read", LONG, || {
-        let (mut observer, name) = (observer.clone(), name.clone());
-        async move {
-            let consumers: Value = redis::cmd("XINFO")
-                .arg("CONSUMERS")
-                .arg(format!("{{{name}}}:pending"))
-                .arg("workers")
-                .query_async(&mut observer)
-                .await
-                .unwrap();
-            matches!(consumers, Value::Array(c) if !c.is_empty())
-        }
-    })
-    .await;
+    worker_is_reading(&observer, &name).await;
     let release = format!("{{{name}}}:release");
     let (shared, blpop) = block_shared_connection(&queue, &mut observer, &release).await;
     let id = observer_queue

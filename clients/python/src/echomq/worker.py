@@ -31,6 +31,7 @@ _TRANSIENT = (_ConnError, _TimeoutError, OSError)
 # KEYS: schedule pending dead attempts errors
 # ARGV: id entry policy attempt max_attempts message hold_ms
 FAIL_SCRIPT = """
+if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return -3 end
 if ARGV[7] ~= '0' then redis.call('ECHO.HOLD', KEYS[1], ARGV[7]) end
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
