@@ -9,32 +9,13 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, queue_name, Server};
+use common::{eventually, queue_name, server_ms_async, start_worker, stop, Server, LONG};
 use echomq_client::{
-    AddOptions, Job, JobError, Queue, QueueConnection, Worker, WorkerHandle, WorkerOptions,
-    MAX_DELAY_MS,
+    AddOptions, Job, JobError, Queue, QueueConnection, Worker, WorkerOptions, MAX_DELAY_MS,
 };
 use redis::{AsyncCommands, Value};
 use tokio::task::JoinHandle;
 
-const LONG: Duration = Duration::from_secs(30);
-
-fn spawn(worker: Worker) -> (WorkerHandle, JoinHandle<redis::RedisResult<()>>) {
-    let handle = worker.handle();
-    (handle, tokio::spawn(worker.run()))
-}
-
-async fn stop(handle: WorkerHandle, task: JoinHandle<redis::RedisResult<()>>) {
-    handle.close();
-    tokio::time::timeout(LONG, task)
-        .await
-        .expect("run returns after close")
-        .expect("run did not panic")
-        .expect("run ended without error");
-}
-
-/// Delivered, unacknowledged entries of the queue (XPENDING's summary; 0
-/// before the group exists).
 /// Waits until the worker has joined the group (its first read is on the
 /// wire), so that blocking its shared connection cannot come first.
 async fn worker_is_reading(observer: &QueueConnection, name: &str) {
@@ -54,6 +35,8 @@ async fn worker_is_reading(observer: &QueueConnection, name: &str) {
     .await;
 }
 
+/// Delivered, unacknowledged entries of the queue (XPENDING's summary; 0
+/// before the group exists).
 async fn in_flight(conn: &mut QueueConnection, name: &str) -> i64 {
     let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
         .arg(format!("{{{name}}}:pending"))
@@ -72,11 +55,6 @@ async fn in_flight(conn: &mut QueueConnection, name: &str) -> i64 {
         },
         other => panic!("XPENDING summary: {other:?}"),
     }
-}
-
-async fn server_ms(conn: &mut QueueConnection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
-    secs * 1000 + micros / 1000
 }
 
 /// `held-until-ms` of `ECHO.LIMITS` (0 when the field is absent or nil).
@@ -281,7 +259,7 @@ async fn a_refused_retry_keeps_the_entry() {
             ..WorkerOptions::default()
         },
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     let errors = format!("{{{name}}}:errors");
     eventually("the failure to be written", LONG, || {
         let (mut conn, errors, id) = (conn.clone(), errors.clone(), id.clone());
@@ -327,14 +305,14 @@ async fn retry_after_zero_keeps_another_hold() {
         },
         WorkerOptions::default(),
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     let attempts = format!("{{{name}}}:attempts");
     eventually("the failure to be written", LONG, || {
         let (mut conn, attempts, id) = (conn.clone(), attempts.clone(), id.clone());
         async move { conn.hexists::<_, _, bool>(attempts, id).await.unwrap() }
     })
     .await;
-    let now = server_ms(&mut conn).await;
+    let now = server_ms_async(&mut conn).await;
     let until = held_until(&mut conn, &name).await;
     assert!(
         until > now + 500_000,
@@ -428,7 +406,7 @@ async fn an_orphan_behind_live_entries_is_taken_over() {
             ..WorkerOptions::default()
         },
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     let orphan = ids[12].clone();
     eventually("the orphan to run", Duration::from_secs(60), || {
         let (runs, orphan) = (runs.clone(), orphan.clone());
@@ -462,7 +440,7 @@ async fn dropping_a_removed_job_keeps_its_successor() {
         },
         WorkerOptions::default(),
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     // Give the worker time to start before its connection is blocked.
     worker_is_reading(&observer, &name).await;
     let release = format!("{{{name}}}:release");
@@ -536,7 +514,7 @@ async fn an_acknowledgement_on_a_dropped_connection_is_sent_again() {
             ..WorkerOptions::default()
         },
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     worker_is_reading(&observer, &name).await;
     let release = format!("{{{name}}}:release");
     let (shared, blpop) = block_shared_connection(&queue, &mut observer, &release).await;
@@ -631,7 +609,7 @@ async fn invalid_options_are_refused() {
             ..WorkerOptions::default()
         },
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     stop(handle, task).await;
 }
 
@@ -667,7 +645,7 @@ async fn a_lifted_hold_is_seen() {
         },
         WorkerOptions::default(),
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     // Delivered, and waiting for the hold's end.
     eventually("the entry to be delivered", LONG, || {
         let (mut conn, name) = (conn.clone(), name.clone());

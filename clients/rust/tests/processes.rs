@@ -10,10 +10,8 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{queue_name, wait_until, Server};
+use common::{queue_name, wait_until, Server, LONG};
 use redis::Commands;
-
-const LONG: Duration = Duration::from_secs(30);
 
 /// target/<profile>/examples/crossworker, next to this test's directory
 /// (`cargo test` builds the examples; `--test processes` alone does not).

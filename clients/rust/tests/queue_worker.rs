@@ -8,14 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, queue_name, Server};
+use common::{eventually, queue_name, server_ms_async, start_worker, stop, Server, LONG};
 use echomq_client::{
-    AddOptions, Counts, Job, JobError, Queue, QueueConnection, Worker, WorkerHandle, WorkerOptions,
+    AddOptions, Counts, Job, JobError, Queue, QueueConnection, Worker, WorkerOptions,
 };
 use redis::AsyncCommands;
-use tokio::task::JoinHandle;
-
-const LONG: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug)]
 struct Run {
@@ -30,26 +27,6 @@ type Runs = Arc<Mutex<Vec<Run>>>;
 
 async fn xlen(conn: &mut QueueConnection, key: String) -> u64 {
     redis::cmd("XLEN").arg(key).query_async(conn).await.unwrap()
-}
-
-async fn server_ms(conn: &mut QueueConnection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
-    secs * 1000 + micros / 1000
-}
-
-/// Starts `worker` on its own task; `stop` closes it and checks `run` ended well.
-fn spawn(worker: Worker) -> (WorkerHandle, JoinHandle<redis::RedisResult<()>>) {
-    let handle = worker.handle();
-    (handle, tokio::spawn(worker.run()))
-}
-
-async fn stop(handle: WorkerHandle, task: JoinHandle<redis::RedisResult<()>>) {
-    handle.close();
-    tokio::time::timeout(LONG, task)
-        .await
-        .expect("run returns after close")
-        .expect("run did not panic")
-        .expect("run ended without error");
 }
 
 /// A handler that records each run, then answers with `outcome(run)`.
@@ -69,7 +46,7 @@ where
         let (mut conn, runs, outcome) = (conn.clone(), runs.clone(), outcome.clone());
         Box::pin(async move {
             let run = Run {
-                started_ms: server_ms(&mut conn).await,
+                started_ms: server_ms_async(&mut conn).await,
                 id: job.id,
                 payload: job.payload,
                 attempt: job.attempt,
@@ -176,7 +153,7 @@ async fn payloads_round_trip_and_ids() {
         recording(queue.connection(), runs.clone(), |_| Ok(())),
         options(4, "fixed:100", 3),
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     eventually("every job done", LONG, || {
         counts_are(&queue, Counts::default())
     })
@@ -224,8 +201,8 @@ async fn delayed_jobs_wait_their_time(queue: &Queue, n: usize, delay_ms: u64) {
         recording(queue.connection(), runs.clone(), |_| Ok(())),
         options(2, "fixed:100", 3),
     );
-    let (handle, task) = spawn(worker);
-    let before = server_ms(&mut conn).await;
+    let (handle, task) = start_worker(worker);
+    let before = server_ms_async(&mut conn).await;
     let ids = queue
         .add_many_with((0..n).map(|i| (format!("later-{i}"), AddOptions { id: None, delay_ms })))
         .await
@@ -276,7 +253,7 @@ async fn concurrency_is_a_ceiling_that_is_reached() {
         }
     };
     let worker = Worker::new(queue.clone(), handler, options(20, "fixed:100", 3));
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     eventually("100 jobs done", LONG, || async {
         done.load(Ordering::SeqCst) == 100
     })
@@ -314,7 +291,7 @@ async fn retries_then_success_and_the_dead_set() {
         }),
         options(2, "fixed:100", 10),
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     let id = queue.add(b"flaky", AddOptions::default()).await.unwrap();
     eventually("three runs", LONG, || async {
         runs.lock().unwrap().len() >= 3
@@ -345,7 +322,7 @@ async fn retries_then_success_and_the_dead_set() {
         }),
         options(2, "fixed:50", 3),
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     let id = queue
         .add(b"doomed \x00\xff", AddOptions::default())
         .await
@@ -398,7 +375,7 @@ async fn purge_by_age_and_remove_scheduled() {
     let queue = Queue::new(server.client(), &name).await.unwrap();
     let mut conn = queue.connection();
     let dead_key = format!("{{{name}}}:dead");
-    let now = server_ms(&mut conn).await;
+    let now = server_ms_async(&mut conn).await;
     for (id, died) in [("old", now - 60_000), ("new", now)] {
         let _: () = conn.zadd(&dead_key, id, died).await.unwrap();
         let _: () = conn
@@ -466,7 +443,7 @@ async fn retry_after_holds_every_worker() {
             let (mut conn, runs, held_until) = (conn.clone(), runs.clone(), held_until.clone());
             let (trigger, blocker, schedule) = (trigger.clone(), blocker.clone(), schedule.clone());
             async move {
-                let started_ms = server_ms(&mut conn).await;
+                let started_ms = server_ms_async(&mut conn).await;
                 runs.lock().unwrap().push(Run {
                     id: job.id.clone(),
                     payload: job.payload,
@@ -503,12 +480,12 @@ async fn retry_after_holds_every_worker() {
             }
         }
     };
-    let (h1, t1) = spawn(Worker::new(
+    let (h1, t1) = start_worker(Worker::new(
         queue.clone(),
         make_handler(),
         options(1, "fixed:100", 5),
     ));
-    let (h2, t2) = spawn(Worker::new(
+    let (h2, t2) = start_worker(Worker::new(
         queue.clone(),
         make_handler(),
         options(1, "fixed:100", 5),
@@ -559,7 +536,7 @@ async fn a_worker_survives_a_server_restart() {
         recording(queue.connection(), runs.clone(), |_| Ok(())),
         options(2, "fixed:100", 3),
     );
-    let (handle, task) = spawn(worker);
+    let (handle, task) = start_worker(worker);
     queue.add(b"before", AddOptions::default()).await.unwrap();
     eventually("the first job ran", LONG, || async {
         runs.lock().unwrap().len() == 1

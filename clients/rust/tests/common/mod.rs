@@ -206,6 +206,38 @@ pub fn server_ms(conn: &mut redis::Connection) -> i64 {
     secs * 1000 + micros / 1000
 }
 
+/// How long a test waits for what should happen well before.
+pub const LONG: Duration = Duration::from_secs(30);
+
+/// The server's clock, Unix ms, for async tests.
+pub async fn server_ms_async(conn: &mut echomq_client::QueueConnection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Starts `worker` on its own task; `stop` closes it and checks `run` ended well.
+pub fn start_worker(
+    worker: echomq_client::Worker,
+) -> (
+    echomq_client::WorkerHandle,
+    tokio::task::JoinHandle<redis::RedisResult<()>>,
+) {
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run()))
+}
+
+pub async fn stop(
+    handle: echomq_client::WorkerHandle,
+    task: tokio::task::JoinHandle<redis::RedisResult<()>>,
+) {
+    handle.close();
+    tokio::time::timeout(LONG, task)
+        .await
+        .expect("run returns after close")
+        .expect("run did not panic")
+        .expect("run ended without error");
+}
+
 /// `wait_until` for async tests: polls `check` every 20 ms.
 pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
 where
