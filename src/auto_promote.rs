@@ -54,6 +54,10 @@ struct State {
     pairs: Vec<Pair>,
     /// When each pair (same index) was last logged as failing.
     last_logged_ms: Vec<Option<i64>>,
+    /// When each pair (same index) was listed, or the module loaded: a
+    /// member due before then waited for nobody's timer, and its wait is
+    /// not the timer's lag.
+    watched_since_ms: Vec<i64>,
     interval_ms: i64,
     limit: i64,
     /// The armed timer, if any: at most one at a time.
@@ -68,6 +72,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     text: Vec::new(),
     pairs: Vec::new(),
     last_logged_ms: Vec::new(),
+    watched_since_ms: Vec::new(),
     interval_ms: DEFAULT_INTERVAL_MS,
     limit: DEFAULT_LIMIT,
     timer: None,
@@ -86,22 +91,27 @@ pub fn pairs() -> Vec<Pair> {
     state().pairs.clone()
 }
 
+/// Drops the pairs and the config's text, their memory with them: at load
+/// (after MODULE UNLOAD the library can stay mapped with its statics) and at
+/// unload (the server's allocator would otherwise keep them). No timer can
+/// be armed then: the server refuses to unload a module that holds one.
+pub fn reset() {
+    let mut state = state();
+    state.text = Vec::new();
+    state.pairs = Vec::new();
+    state.last_logged_ms = Vec::new();
+    state.watched_since_ms = Vec::new();
+    state.interval_ms = DEFAULT_INTERVAL_MS;
+    state.limit = DEFAULT_LIMIT;
+    state.timer = None;
+    state.tick_full = false;
+    state.tick_work = Duration::ZERO;
+}
+
 /// Registers the three configs; `start` follows once the server has loaded
 /// every config's value.
 pub fn register(ctx: &Context) -> Result<(), String> {
-    // After MODULE UNLOAD the library can stay mapped with its statics: start
-    // afresh. No timer can be armed then (the unload would have been refused).
-    {
-        let mut state = state();
-        state.text.clear();
-        state.pairs.clear();
-        state.last_logged_ms.clear();
-        state.interval_ms = DEFAULT_INTERVAL_MS;
-        state.limit = DEFAULT_LIMIT;
-        state.timer = None;
-        state.tick_full = false;
-        state.tick_work = Duration::ZERO;
-    }
+    reset();
     config::register_string::<Pairs, Rearm>(ctx, c"auto-promote", c"")?;
     config::register_numeric::<IntervalMs, Rearm>(
         ctx,
@@ -136,8 +146,22 @@ impl StringConfig for Pairs {
         let mut state = state();
         match parse::parse_pairs(value) {
             Ok(pairs) => {
+                let now_ms = clock::wall_ms();
+                // A pair listed before keeps the moment it was first listed.
+                let since: Vec<i64> = pairs
+                    .iter()
+                    .map(|pair| {
+                        state
+                            .pairs
+                            .iter()
+                            .position(|old| old == pair)
+                            .and_then(|at| state.watched_since_ms.get(at).copied())
+                            .unwrap_or(now_ms)
+                    })
+                    .collect();
                 state.text = value.to_vec();
                 state.last_logged_ms = vec![None; pairs.len()];
+                state.watched_since_ms = since;
                 state.pairs = pairs;
                 Ok(())
             }
@@ -218,9 +242,9 @@ impl OnTimer for Tick {
             let Some(pair) = state().pairs.get(cursor).cloned() else {
                 break;
             };
-            // A pair whose release limit (or hold) allows nothing now is
-            // passed over without opening its keys.
-            if release::allowance(&pair.schedule).is_none_or(|a| a.count > 0) {
+            // A pair whose release limit allows nothing now is passed over
+            // without opening its keys (a hold is a key: move_due reads it).
+            if release::limit_allowance(&pair.schedule).is_none_or(|a| a.count > 0) {
                 serve_and_count(ctx, cursor, &pair, limit, &mut own_slots);
             }
             cursor += 1;
@@ -248,13 +272,10 @@ fn serve_and_count(
     match serve(ctx, pair, limit, own_slots) {
         Ok(Some(moved)) => {
             if moved.count > 0 {
-                // A score written by hand as -inf has no age to speak of.
+                let since_ms = state().watched_since_ms.get(cursor).copied();
                 let lag_ms = moved
                     .earliest_ms
-                    .filter(|fire_ms| fire_ms.is_finite())
-                    .map_or(0, |fire_ms| {
-                        (clock::wall_ms() as f64 - fire_ms).max(0.0) as u64
-                    });
+                    .map_or(0, |fire_ms| lag_ms(fire_ms, since_ms, clock::wall_ms()));
                 stats::auto_promoted(moved.count, lag_ms);
             }
             if let Some(why) = moved.refused {
@@ -272,6 +293,21 @@ fn serve_and_count(
             log_failure(ctx, cursor, pair, why);
         }
     }
+}
+
+/// The timer's lag for a member due at `fire_ms` and moved at `now_ms`: how
+/// long it waited since it became due, or since its pair was listed
+/// (`since_ms`) when that came later. A member scheduled due long ago (a
+/// score of 0, or -inf, meaning "now") waited for no timer before then.
+/// A limit or hold that keeps a due member waiting counts: it is late.
+fn lag_ms(fire_ms: f64, since_ms: Option<i64>, now_ms: i64) -> u64 {
+    let since_ms = since_ms.unwrap_or(now_ms) as f64;
+    let became_due_ms = if fire_ms.is_nan() {
+        since_ms
+    } else {
+        fire_ms.max(since_ms)
+    };
+    (now_ms as f64 - became_due_ms).max(0.0) as u64
 }
 
 fn finish_tick(ctx: &Context, interval_ms: i64) {
@@ -354,4 +390,24 @@ fn log_failure(ctx: &Context, cursor: usize, pair: &Pair, why: &str) {
             log::quote(&pair.pending),
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lag_ms;
+
+    #[test]
+    fn lag_counts_from_when_a_member_became_due_while_watched() {
+        let listed = Some(1_000_000);
+        assert_eq!(lag_ms(1_000_500.0, listed, 1_000_700), 200);
+        // Due before the pair was listed ("due now" written as 0 or -inf).
+        assert_eq!(lag_ms(0.0, listed, 1_000_010), 10);
+        assert_eq!(lag_ms(f64::NEG_INFINITY, listed, 1_000_010), 10);
+        // Moved early (a clock step back): no lag, never a wrapped one.
+        assert_eq!(lag_ms(1_000_900.0, listed, 1_000_700), 0);
+        assert_eq!(lag_ms(f64::INFINITY, listed, 1_000_700), 0);
+        assert_eq!(lag_ms(f64::NAN, listed, 1_000_700), 700);
+        // No record of the listing: counted from now, never from 1970.
+        assert_eq!(lag_ms(0.0, None, 1_000_700), 0);
+    }
 }

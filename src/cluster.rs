@@ -22,6 +22,33 @@ pub fn key_slot(key: &[u8]) -> u16 {
     crc16(hashed) & (SLOTS as u16 - 1)
 }
 
+/// The name of a key the module keeps beside `key`, in the same slot: `key`
+/// then `suffix` when `key` has a hash tag (the tag stays the first one),
+/// else `{key}` then `suffix` (the whole key becomes the tag). A key with a
+/// `}` and no tag has no such name in a cluster: the caller checks the slot
+/// where it matters (`key_slot` of both), since any name serves outside one.
+pub fn derived_key(key: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let mut name = Vec::with_capacity(key.len() + suffix.len() + 2);
+    if has_tag(key) {
+        name.extend_from_slice(key);
+    } else {
+        name.push(b'{');
+        name.extend_from_slice(key);
+        name.push(b'}');
+    }
+    name.extend_from_slice(suffix);
+    name
+}
+
+fn has_tag(key: &[u8]) -> bool {
+    key.iter().position(|&b| b == b'{').is_some_and(|open| {
+        key[open + 1..]
+            .iter()
+            .position(|&b| b == b'}')
+            .is_some_and(|len| len > 0)
+    })
+}
+
 /// CRC16/XMODEM (polynomial 0x1021, initial 0), as the cluster uses.
 fn crc16(bytes: &[u8]) -> u16 {
     let mut crc: u16 = 0;
@@ -120,6 +147,24 @@ mod tests {
         assert_eq!(key_slot(b"{}x"), crc16(b"{}x") & 16383);
         assert_eq!(key_slot(b"a{b}{c}"), key_slot(b"b"));
         assert_eq!(key_slot(b"a{bc"), crc16(b"a{bc") & 16383);
+    }
+
+    #[test]
+    fn a_derived_key_shares_the_slot_of_its_key() {
+        assert_eq!(
+            derived_key(b"{q}:schedule", b":echomq-hold"),
+            b"{q}:schedule:echomq-hold"
+        );
+        assert_eq!(derived_key(b"retries", b":h"), b"{retries}:h");
+        for key in [&b"{q}:schedule"[..], b"retries", b"a{b}{c}", b"a{bc", b"{"] {
+            let derived = derived_key(key, b":echomq-hold");
+            assert_eq!(key_slot(&derived), key_slot(key), "{key:?}");
+        }
+        // A `}` without a tag: outside the cluster's rules, the caller checks.
+        for key in [&b"{}x"[..], b"a}b", b"}{", b"", b"x{}y{z}"] {
+            let derived = derived_key(key, b":h");
+            assert_ne!(key_slot(&derived), key_slot(key), "{key:?}");
+        }
     }
 
     #[test]

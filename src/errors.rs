@@ -130,10 +130,12 @@ pub enum ReplyError {
     ZsetAdd,
     /// A range count inside ECHO.SPREAD answered something else.
     ZcountReply,
-    /// ECHO.HOLD of a new schedule while `MAX_HOLDS` are held.
-    TooManyHolds,
-    /// ECHO.HOLD of a schedule whose name is over `MAX_HOLD_NAME_BYTES`.
-    HoldNameTooLong,
+    /// ECHO.HOLD in a cluster of a schedule whose hold key cannot share its
+    /// slot (a `}` in a name without a hash tag).
+    HoldNeedsTag,
+    /// ECHO.HOLD of a new hold on a schedule that does not exist, while used
+    /// memory is over maxmemory (the server's own words for that refusal).
+    HoldOutOfMemory,
 }
 
 impl ReplyError {
@@ -144,9 +146,11 @@ impl ReplyError {
             }
             ReplyError::ZsetAdd => "ERR could not add to the sorted set",
             ReplyError::ZcountReply => "ERR unexpected ZCOUNT reply",
-            ReplyError::TooManyHolds => "ERR too many schedules held at once (at most 10000)",
-            ReplyError::HoldNameTooLong => {
-                "ERR the schedule name is too long to hold (at most 1024 bytes)"
+            ReplyError::HoldNeedsTag => {
+                "ERR a schedule held in a cluster needs a {hash tag} when its name holds a '}'"
+            }
+            ReplyError::HoldOutOfMemory => {
+                "OOM command not allowed when used memory > 'maxmemory'."
             }
         }
     }
@@ -244,17 +248,6 @@ mod tests {
         assert!(printable("ERR \u{e9}%s")
             .bytes()
             .all(|b| b.is_ascii_graphic() || b == b' '));
-    }
-
-    #[test]
-    fn hold_refusals_name_the_bounds_in_force() {
-        use crate::limits::{MAX_HOLDS, MAX_HOLD_NAME_BYTES};
-        assert!(ReplyError::TooManyHolds
-            .text()
-            .contains(&format!("at most {MAX_HOLDS})")));
-        assert!(ReplyError::HoldNameTooLong
-            .text()
-            .contains(&format!("at most {MAX_HOLD_NAME_BYTES} bytes")));
     }
 
     #[test]

@@ -53,6 +53,13 @@ pub fn init(ctx: &Context) -> Result<(), String> {
     Ok(())
 }
 
+/// Frees the last policy's name (at unload).
+pub fn release() {
+    if let Ok(mut last) = LAST_POLICY.lock() {
+        *last = String::new();
+    }
+}
+
 /// Re-reads the policy when it is among the configs changed.
 struct PolicyWatch;
 

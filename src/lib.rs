@@ -43,6 +43,7 @@ redis_module! {
     // arity, docs and ACL categories, and an entry point that reads the
     // arguments in place.
     init: init,
+    deinit: deinit,
 }
 
 /// Called once when the module loads: registers the commands, the INFO
@@ -56,6 +57,18 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             Status::Err
         }
     }
+}
+
+/// Called at `MODULE UNLOAD` (which the server refuses while the timer is
+/// armed): frees every table the module keeps. They were allocated with the
+/// server's allocator, which would otherwise count them in used memory for
+/// as long as the server runs.
+fn deinit(_ctx: &Context) -> Status {
+    release::reset();
+    auto_promote::reset();
+    eviction::release();
+    config::release_all();
+    Status::Ok
 }
 
 fn load(ctx: &Context) -> Result<(), String> {

@@ -28,18 +28,6 @@ pub const MAX_RATE: u64 = 1_000_000;
 pub const MAX_BURST: u64 = 1_000_000;
 /// The longest `ECHO.HOLD`: a day.
 pub const MAX_HOLD_MS: u64 = 86_400_000;
-/// At most this many schedules held at once, and names of at most this
-/// many bytes: a hold is module memory outside maxmemory's reach, so a client
-/// must not be able to grow it without bound.
-pub const MAX_HOLDS: usize = 10_000;
-pub const MAX_HOLD_NAME_BYTES: usize = 1024;
-
-/// Why a hold was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HoldRefused {
-    TooMany,
-    NameTooLong,
-}
 
 /// A configured rate: `n` members per `period_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,20 +229,29 @@ impl Limit {
     }
 }
 
-/// Every limited schedule, and every hold. B-trees: their `new` is const,
-/// so the table can start a static, and the table is as small as the config.
+/// `ECHO.HOLD`'s rule: the hold to write for a call of `ms` at `now_ms`
+/// when `in_force` ends then (an ended hold is none): `None` keeps what is
+/// there (a longer hold in force is kept, and `ms = 0` is the caller's lift).
+pub fn hold_until(in_force: Option<i64>, ms: u64, now_ms: i64) -> Option<i64> {
+    let until = now_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+    match in_force {
+        Some(end) if end > now_ms && end >= until => None,
+        _ => Some(until),
+    }
+}
+
+/// Every limited schedule. A B-tree: its `new` is const, so the table can
+/// start a static, and the table is as small as the config. (Holds live in
+/// the keyspace, beside their schedule.)
 #[derive(Debug, Default)]
 pub struct Limits {
     limits: BTreeMap<Vec<u8>, Limit>,
-    /// `ECHO.HOLD`: the schedule releases nothing before this server time.
-    holds: BTreeMap<Vec<u8>, i64>,
 }
 
 impl Limits {
     pub const fn new() -> Limits {
         Limits {
             limits: BTreeMap::new(),
-            holds: BTreeMap::new(),
         }
     }
 
@@ -275,65 +272,22 @@ impl Limits {
         }
     }
 
-    /// Drops every state (a module load starts afresh).
+    /// Drops every state (a module load starts afresh, an unload frees it).
     pub fn clear(&mut self) {
-        self.limits.clear();
-        self.holds.clear();
+        self.limits = BTreeMap::new();
     }
 
     pub fn is_empty(&self) -> bool {
-        self.limits.is_empty() && self.holds.is_empty()
+        self.limits.is_empty()
     }
 
     pub fn get_mut(&mut self, schedule: &[u8]) -> Option<&mut Limit> {
         self.limits.get_mut(schedule)
     }
 
-    /// Until when `schedule` is held, if it is at `now_ms`.
-    pub fn held_until(&self, schedule: &[u8], now_ms: i64) -> Option<i64> {
-        self.holds
-            .get(schedule)
-            .copied()
-            .filter(|&until| until > now_ms)
-    }
-
-    /// `ECHO.HOLD schedule ms`: the hold in force after it, 0 for none.
-    /// Ended holds are dropped only when the table is full, so a call costs
-    /// a lookup (amortised); a table full of live holds refuses a new name.
-    pub fn hold(&mut self, schedule: &[u8], ms: u64, now_ms: i64) -> Result<i64, HoldRefused> {
-        if ms == 0 {
-            self.holds.remove(schedule);
-            return Ok(0);
-        }
-        if schedule.len() > MAX_HOLD_NAME_BYTES {
-            return Err(HoldRefused::NameTooLong);
-        }
-        let until = now_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
-        if let Some(slot) = self.holds.get_mut(schedule) {
-            // An ended hold is replaced; a longer one in force is kept.
-            *slot = if *slot > now_ms {
-                (*slot).max(until)
-            } else {
-                until
-            };
-            return Ok(*slot);
-        }
-        if self.holds.len() >= MAX_HOLDS {
-            self.holds.retain(|_, &mut end| end > now_ms);
-            if self.holds.len() >= MAX_HOLDS {
-                return Err(HoldRefused::TooMany);
-            }
-        }
-        self.holds.insert(schedule.to_vec(), until);
-        Ok(until)
-    }
-
     /// How many members may leave `schedule` at `now_ms`: `None` when it is
-    /// neither limited nor held.
+    /// not limited.
     pub fn allowance(&self, schedule: &[u8], now_ms: i64) -> Option<u64> {
-        if self.held_until(schedule, now_ms).is_some() {
-            return Some(0);
-        }
         self.limits.get(schedule).map(|l| l.available(now_ms))
     }
 
@@ -489,46 +443,23 @@ mod tests {
     }
 
     #[test]
-    fn holds_stop_releases_until_they_end_and_only_grow() {
+    fn a_hold_only_grows_while_in_force() {
         let t0 = 1_000;
-        let mut limits = Limits::default();
-        assert_eq!(limits.allowance(b"x", t0), None);
-        assert_eq!(limits.hold(b"x", 500, t0), Ok(1500));
+        assert_eq!(hold_until(None, 500, t0), Some(1500));
         assert_eq!(
-            limits.hold(b"x", 100, t0),
-            Ok(1500),
+            hold_until(Some(1500), 100, t0),
+            None,
             "a longer hold is kept"
         );
-        assert_eq!(limits.allowance(b"x", 1499), Some(0));
-        assert_eq!(limits.allowance(b"x", 1500), None);
+        assert_eq!(hold_until(Some(1500), 500, t0), None, "an equal one too");
+        assert_eq!(hold_until(Some(1500), 600, t0), Some(1600));
         assert_eq!(
-            limits.hold(b"x", 100, 1600),
-            Ok(1700),
+            hold_until(Some(1500), 100, 1600),
+            Some(1700),
             "an ended hold is replaced"
         );
-        assert_eq!(limits.hold(b"x", 0, 1600), Ok(0));
-        assert_eq!(limits.allowance(b"x", 1600), None);
-    }
-
-    #[test]
-    fn holds_are_bounded_in_number_and_name_length() {
-        let mut limits = Limits::default();
-        let long = vec![b'x'; MAX_HOLD_NAME_BYTES + 1];
-        assert_eq!(limits.hold(&long, 10, 0), Err(HoldRefused::NameTooLong));
-        assert_eq!(limits.hold(&long, 0, 0), Ok(0), "lifting is always allowed");
-        for i in 0..MAX_HOLDS {
-            assert!(limits.hold(format!("s{i}").as_bytes(), 100, 0).is_ok());
-        }
-        assert_eq!(limits.hold(b"one more", 100, 0), Err(HoldRefused::TooMany));
-        assert_eq!(
-            limits.hold(b"s7", 200, 0),
-            Ok(200),
-            "a held name may still grow"
-        );
-        // Once holds have ended, their room is taken back.
-        assert_eq!(limits.hold(b"one more", 100, 150), Ok(250));
-        assert_eq!(limits.allowance(b"s7", 150), Some(0));
-        assert_eq!(limits.allowance(b"s8", 150), None);
+        assert_eq!(hold_until(Some(1500), 100, 1500), Some(1600));
+        assert_eq!(hold_until(None, u64::MAX, i64::MAX - 1), Some(i64::MAX));
     }
 
     #[test]

@@ -71,13 +71,13 @@ pub fn move_due(
     let sink = match pending_key.kind() {
         Kind::Missing | Kind::List => Sink::List,
         Kind::Stream => Sink::Stream,
-        Kind::SortedSet | Kind::Other => return Err(RedisError::WrongType),
+        Kind::String | Kind::SortedSet | Kind::Other => return Err(RedisError::WrongType),
     };
     let (batch, deadline) = match time_limit {
         TimeLimit::Unbounded => (limit, None),
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
-    let allowance = release::allowance(schedule.as_slice());
+    let allowance = release::allowance(ctx, schedule);
     let mut moved = take_due(
         &schedule_key,
         &pending_key,

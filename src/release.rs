@@ -1,24 +1,30 @@
-//! Release limits in the server: the `echomq.release-limits` and
-//! `echomq.adaptive-*` configs, and the one table of limits and holds that
-//! every release from a schedule passes (`promotion::move_due`, shared by
-//! ECHO.PROMOTE and the timer), that ECHO.RETRY reports failures to, and
-//! that ECHO.HOLD and ECHO.LIMITS read and write.
+//! Release limits and holds in the server: the `echomq.release-limits` and
+//! `echomq.adaptive-*` configs, the one table of limits that every release
+//! from a schedule passes (`promotion::move_due`, shared by ECHO.PROMOTE and
+//! the timer), that ECHO.RETRY reports failures to and ECHO.LIMITS reads,
+//! and the holds ECHO.HOLD writes.
 //!
-//! The state lives in the module's memory on the primary only: it is not
-//! replicated or persisted, so after a restart, failover or slot move a
-//! schedule starts with a full burst. What moves is replicated as always.
+//! A limit's state lives in the module's memory on the primary only: it is
+//! not replicated or persisted, so after a restart, failover or slot move a
+//! schedule starts with a full burst. A hold lives in the keyspace, in a
+//! string key beside its schedule (`hold_key`) that expires when the hold
+//! ends: it is replicated and persisted like any key, counted in maxmemory,
+//! and there is no table of holds for a client to fill.
 //! Everything runs on the main thread; the mutex only makes the table a
 //! shareable static, and `ACTIVE` lets a call skip it while it is empty.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redis_module::Context;
+use redis_module::{Context, RedisError};
 
-use crate::limits::{Adaptive, HoldRefused, Limit, Limits};
+use crate::cluster;
+use crate::errors::ReplyError;
+use crate::limits::{self, Adaptive, Limit, Limits};
 use crate::parse;
-use crate::server::clock;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
+use crate::server::keys::{Arg, Key, Kind, OwnedName};
+use crate::server::{clock, context};
 use crate::stats;
 
 pub const DEFAULT_WINDOW_MS: i64 = 200;
@@ -63,16 +69,21 @@ fn update_active(state: &State) {
     ACTIVE.store(!state.limits.is_empty(), Relaxed);
 }
 
+/// Drops every limit and the config's text, their memory with them: at load
+/// (a module loaded again may find the statics of its former load) and at
+/// unload (the server's allocator would otherwise keep them for good).
+pub fn reset() {
+    let mut state = state();
+    state.text = Vec::new();
+    state.limits.clear();
+    state.window_ms = DEFAULT_WINDOW_MS;
+    state.failure_percent = DEFAULT_FAILURE_PERCENT;
+    update_active(&state);
+}
+
 /// Registers the configs (loaded with the others at load).
 pub fn register(ctx: &Context) -> Result<(), String> {
-    {
-        let mut state = state();
-        state.text.clear();
-        state.limits.clear();
-        state.window_ms = DEFAULT_WINDOW_MS;
-        state.failure_percent = DEFAULT_FAILURE_PERCENT;
-        update_active(&state);
-    }
+    reset();
     config::register_string::<ReleaseLimits, Nothing>(ctx, c"release-limits", c"")?;
     config::register_numeric::<WindowMs, Nothing>(
         ctx,
@@ -133,8 +144,21 @@ pub struct Allowance {
 }
 
 /// How many members may leave `schedule` now: `None` when it is neither
-/// limited nor held (the clock is not even read then).
-pub fn allowance(schedule: &[u8]) -> Option<Allowance> {
+/// limited nor held.
+pub fn allowance(ctx: &Context, schedule: &Arg) -> Option<Allowance> {
+    if held_until(ctx, schedule.as_slice()).is_some() {
+        return Some(Allowance {
+            count: 0,
+            at_ms: now_ms(),
+        });
+    }
+    limit_allowance(schedule.as_slice())
+}
+
+/// What the limit alone lets leave `schedule` now (`None`: not limited; the
+/// clock is not even read then). The timer asks this before it opens a
+/// pair's keys.
+pub fn limit_allowance(schedule: &[u8]) -> Option<Allowance> {
     if !ACTIVE.load(Relaxed) {
         return None;
     }
@@ -171,12 +195,59 @@ pub fn failed(schedule: &[u8]) {
     }
 }
 
-/// `ECHO.HOLD`: the hold in force after it (0 for none).
-pub fn hold(schedule: &[u8], ms: u64) -> Result<i64, HoldRefused> {
-    let mut state = state();
-    let until = state.limits.hold(schedule, ms, now_ms());
-    update_active(&state);
-    until
+/// What a schedule's hold key is named after: `<schedule>:echomq-hold` for
+/// a schedule with a hash tag, `{<schedule>}:echomq-hold` otherwise.
+pub const HOLD_SUFFIX: &[u8] = b":echomq-hold";
+
+/// The name of `schedule`'s hold key: `None` in a cluster when it could not
+/// share the schedule's slot (a `}` in a name without a hash tag).
+fn hold_key(ctx: &Context, schedule: &[u8]) -> Option<Vec<u8>> {
+    let name = cluster::derived_key(schedule, HOLD_SUFFIX);
+    if context::in_cluster(ctx) && cluster::key_slot(&name) != cluster::key_slot(schedule) {
+        return None;
+    }
+    Some(name)
+}
+
+/// Until when (server ms) `schedule` is held, if it is now. A hold key of
+/// another type, or holding no integer, holds nothing.
+pub fn held_until(ctx: &Context, schedule: &[u8]) -> Option<i64> {
+    let name = OwnedName::new(ctx, &hold_key(ctx, schedule)?);
+    let key = Key::open_read(ctx, name.arg());
+    key.string_i64().filter(|&until| until > now_ms())
+}
+
+/// `ECHO.HOLD`: the hold in force after it (0 for none). Writes the hold key
+/// (`SET key <until> PXAT <until>`) when the hold grows, deletes it for
+/// `ms = 0`. Refused: a hold key of another type (`WRONGTYPE`); in a
+/// cluster, a name whose hold key cannot share its slot; and a new hold of
+/// a schedule that does not exist while memory is over maxmemory (a hold
+/// must work then, for a queue with jobs, but must not let a client make
+/// keys without bound; extending and lifting always work).
+pub fn hold(ctx: &Context, schedule: &Arg, ms: u64) -> Result<i64, RedisError> {
+    let Some(name) = hold_key(ctx, schedule.as_slice()) else {
+        return Err(ReplyError::HoldNeedsTag.into());
+    };
+    let name = OwnedName::new(ctx, &name);
+    let key = Key::open_write(ctx, name.arg());
+    key.require(Kind::String)?;
+    if ms == 0 {
+        key.delete();
+        return Ok(0);
+    }
+    let now_ms = now_ms();
+    let in_force = key.string_i64().filter(|&until| until > now_ms);
+    let Some(until) = limits::hold_until(in_force, ms, now_ms) else {
+        return Ok(in_force.unwrap_or(0));
+    };
+    if in_force.is_none()
+        && context::out_of_memory(ctx)
+        && Key::open_read(ctx, schedule).kind() == Kind::Missing
+    {
+        return Err(ReplyError::HoldOutOfMemory.into());
+    }
+    key.set_i64_expiring(until, until);
+    Ok(until)
 }
 
 /// What `ECHO.LIMITS` shows of `schedule` now.
@@ -195,11 +266,11 @@ pub struct LimitView {
     pub failures: u64,
 }
 
-pub fn snapshot(schedule: &[u8]) -> Snapshot {
+pub fn snapshot(ctx: &Context, schedule: &[u8]) -> Snapshot {
+    let held_until_ms = held_until(ctx, schedule);
     let now_ms = now_ms();
     let mut state = state();
     let adaptive = state.adaptive();
-    let held_until_ms = state.limits.held_until(schedule, now_ms);
     let limit = state.limits.get_mut(schedule).map(|limit: &mut Limit| {
         // A window that ended shows its effect.
         if limit.roll(now_ms, adaptive) {

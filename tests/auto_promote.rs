@@ -921,3 +921,28 @@ fn a_thousand_pairs_are_served_in_a_few_callbacks_per_tick() {
         (len == 1).then_some(()).ok_or(format!("{len} pending"))
     });
 }
+
+/// The lag gauge counts from when a member became due while its pair was
+/// listed: a member written as "due now" with a score of 0 long before does
+/// not set it to its age since 1970.
+#[test]
+fn a_member_due_before_its_pair_was_listed_adds_no_age_to_the_lag() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = q!(&mut con, "ZADD", SCHEDULE, 0, "zero", 1, "one");
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        format!("{SCHEDULE} {PENDING}")
+    );
+    wait_until("both moved", Duration::from_secs(30), || {
+        let moved: i64 = q!(&mut con, "LLEN", PENDING);
+        (moved == 2).then_some(()).ok_or(format!("{moved} moved"))
+    });
+    let lag_ms_max = stat(&mut con, "auto_promote_lag_ms_max");
+    // Well under an hour, whatever the machine's speed; 56 years before.
+    assert!(lag_ms_max < 3_600_000, "lag_ms_max {lag_ms_max}");
+    assert_eq!(stat(&mut con, "auto_promoted"), 2);
+}

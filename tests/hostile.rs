@@ -345,3 +345,76 @@ fn a_cross_slot_pair_with_hostile_names_is_logged_escaped_on_every_primary() {
         }
     }
 }
+
+fn used_memory(con: &mut Connection) -> i64 {
+    info_field(con, "memory", "used_memory")
+        .parse()
+        .expect("used_memory")
+}
+
+/// What the module keeps is freed at MODULE UNLOAD (the server's allocator
+/// would otherwise count it for good), holds stay (they are keys), and a
+/// refused config value is freed with its reply.
+#[test]
+fn unload_frees_the_tables_and_a_refused_value_is_not_kept() {
+    let server = Server::start_with(Options::default().arg("enable-module-command", "yes"));
+    let mut con = server.conn();
+    let name = |i: usize| format!("{{q{i}}}:{}", "n".repeat(1000));
+    // One cycle first, so what the server allocates once (its module and
+    // command tables, the config dictionaries) is in the baseline.
+    let cycle = |con: &mut Connection, round: usize| {
+        let limits: Vec<String> = (0..10_000)
+            .map(|i| format!("{} 10/s 10", name(i)))
+            .collect();
+        let _: () = q!(
+            con,
+            "CONFIG",
+            "SET",
+            "echomq.release-limits",
+            limits.join(" ")
+        );
+        let mut pipe = redis::pipe();
+        for i in 0..10_000 {
+            pipe.cmd("ECHO.HOLD").arg(name(i)).arg(60_000).ignore();
+        }
+        let _: () = pipe.query(con).expect("holds");
+        let _: () = q!(con, "MODULE", "UNLOAD", "echomq");
+        let _: () = q!(con, "MODULE", "LOAD", module_path().display().to_string());
+        // Holds are keys: they outlive the module's load, and are lifted by hand.
+        let held: i64 = q!(con, "EXISTS", format!("{}:echomq-hold", name(round)));
+        assert_eq!(held, 1, "a hold is kept across a reload");
+        let mut pipe = redis::pipe();
+        for i in 0..10_000 {
+            pipe.cmd("ECHO.HOLD").arg(name(i)).arg(0).ignore();
+        }
+        let _: () = pipe.query(con).expect("lifts");
+    };
+    // The server shrinks its key tables, emptied of the holds, in its cron:
+    // each reading waits for that.
+    let settled = |con: &mut Connection, what: &str, below: i64| {
+        wait_until(what, Duration::from_secs(30), || {
+            let used = used_memory(con);
+            (used < below)
+                .then_some(())
+                .ok_or(format!("used_memory {used}"))
+        });
+    };
+    cycle(&mut con, 0);
+    std::thread::sleep(Duration::from_secs(1));
+    let before = used_memory(&mut con);
+    for round in 1..=5 {
+        cycle(&mut con, round);
+    }
+    settled(&mut con, "five unload cycles freed", before + (1 << 20));
+
+    // A refused 40 MB value, sent on a connection closed after it (its query
+    // buffer goes with it).
+    let before = used_memory(&mut con);
+    {
+        let mut big = server.conn();
+        let value = format!("{} 10/s", "x".repeat(40 << 20));
+        let e = err!(&mut big, "CONFIG", "SET", "echomq.release-limits", &value);
+        assert!(e.contains("echomq.release-limits"), "{e}");
+    }
+    settled(&mut con, "the refused value freed", before + (1 << 20));
+}

@@ -799,33 +799,83 @@ fn limits_and_holds_replicate_only_what_moved() {
     assert_eq!(digest(&mut a), want, "the AOF replayed without the module");
 }
 
-/// Holds are module memory, outside maxmemory: at most 10,000 schedules
-/// held at once, with names of at most 1024 bytes; lifting always works.
+/// A hold is a key beside its schedule, in its slot, expiring when the
+/// hold ends: no table to fill, a replica holds it as the primary does, and
+/// a refusal writes nothing.
 #[test]
-fn holds_are_bounded_and_the_refusals_say_why() {
-    let server = Server::start();
-    let mut con = server.conn();
-    let long = "x".repeat(1025);
-    let e = err!(&mut con, "ECHO.HOLD", &long, 100);
-    assert_eq!(
-        e,
-        "ERR the schedule name is too long to hold (at most 1024 bytes)"
-    );
-    let lifted: i64 = q!(&mut con, "ECHO.HOLD", &long, 0);
-    assert_eq!(lifted, 0);
+fn a_hold_is_a_key_beside_its_schedule() {
+    let (_primary, _replica, mut p, mut r) = primary_and_replica(Options::default());
+    let until: i64 = q!(&mut p, "ECHO.HOLD", S, 60_000);
+    let hold_key = format!("{S}:echomq-hold");
+    let stored: String = q!(&mut p, "GET", &hold_key);
+    assert_eq!(stored, until.to_string());
+    let expires_at: i64 = q!(&mut p, "PEXPIRETIME", &hold_key);
+    assert_eq!(expires_at, until, "the key ends with the hold");
+    // A name without a hash tag becomes the tag of its hold key.
+    let _: i64 = q!(&mut p, "ECHO.HOLD", "plain", 60_000);
+    let kind: String = q!(&mut p, "TYPE", "{plain}:echomq-hold");
+    assert_eq!(kind, "string");
+    // A longer hold in force is kept, and writes nothing.
+    let kept: i64 = q!(&mut p, "ECHO.HOLD", S, 1000);
+    assert_eq!(kept, until);
+    // More schedules than the former table of 10,000 held, each a key.
     let mut pipe = redis::pipe();
-    for i in 0..10_000 {
+    for i in 0..10_001 {
         pipe.cmd("ECHO.HOLD")
-            .arg(format!("h{i}"))
+            .arg(format!("{{h{i}}}:schedule"))
             .arg(60_000)
             .ignore();
     }
-    let _: () = pipe.query(&mut con).expect("10,000 holds");
-    let e = err!(&mut con, "ECHO.HOLD", "one-more", 100);
-    assert_eq!(e, "ERR too many schedules held at once (at most 10000)");
-    let longer: i64 = q!(&mut con, "ECHO.HOLD", "h7", 120_000);
-    assert!(longer > 0, "a held schedule may still be held longer");
-    let _: i64 = q!(&mut con, "ECHO.HOLD", "h7", 0);
-    let room: i64 = q!(&mut con, "ECHO.HOLD", "one-more", 100);
-    assert!(room > 0, "a lifted hold makes room");
+    let _: () = pipe.query(&mut p).expect("10,001 holds");
+    let one_more: i64 = q!(&mut p, "ECHO.HOLD", "one-more", 100);
+    assert!(one_more > 0);
+    // The replica holds the same keys, so it would hold the queue as well
+    // after a failover.
+    wait_replica_synced(&mut p, &mut r);
+    assert_eq!(digest(&mut p), digest(&mut r));
+    assert_eq!(
+        limit_field(&mut r, S, "held-until-ms"),
+        Some(until as f64),
+        "ECHO.LIMITS on the replica reads the hold"
+    );
+    // A hold key of another type refuses the hold and is left as it was.
+    let _: () = q!(&mut p, "RPUSH", "{w}:s:echomq-hold", "x");
+    let e = err!(&mut p, "ECHO.HOLD", "{w}:s", 100);
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    let len: i64 = q!(&mut p, "LLEN", "{w}:s:echomq-hold");
+    assert_eq!(len, 1);
+    assert_eq!(limit_field(&mut p, "{w}:s", "held-until-ms"), Some(0.0));
+    // 0 lifts: the key goes.
+    let lifted: i64 = q!(&mut p, "ECHO.HOLD", S, 0);
+    assert_eq!(lifted, 0);
+    let exists: i64 = q!(&mut p, "EXISTS", &hold_key);
+    assert_eq!(exists, 0);
+    wait_replica_synced(&mut p, &mut r);
+    assert_eq!(digest(&mut p), digest(&mut r));
+}
+
+/// Over maxmemory a hold still works for a queue that has jobs (it frees
+/// the dependency, not memory), and extending or lifting one always works;
+/// a new hold of a schedule that does not exist is refused, so a client
+/// cannot make keys without bound then.
+#[test]
+fn over_maxmemory_a_hold_works_for_queues_that_exist() {
+    let server = Server::start();
+    let mut con = server.conn();
+    fill_due(&mut con, S, 10);
+    let _: i64 = q!(&mut con, "ECHO.HOLD", "{x}:held", 60_000);
+    let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory", "1");
+    let e = err!(&mut con, "SET", "k", "v");
+    assert!(e.starts_with("OOM"), "the server is over maxmemory: {e}");
+    let held: i64 = q!(&mut con, "ECHO.HOLD", S, 60_000);
+    assert!(held > 0, "a queue with jobs is held");
+    let longer: i64 = q!(&mut con, "ECHO.HOLD", "{x}:held", 120_000);
+    assert!(longer > 0, "a hold in force grows");
+    let e = err!(&mut con, "ECHO.HOLD", "{nothing}:here", 60_000);
+    assert_eq!(e, "OOM command not allowed when used memory > 'maxmemory'.");
+    let exists: i64 = q!(&mut con, "EXISTS", "{nothing}:here:echomq-hold");
+    assert_eq!(exists, 0);
+    let lifted: i64 = q!(&mut con, "ECHO.HOLD", "{x}:held", 0);
+    assert_eq!(lifted, 0);
+    let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory", "0");
 }

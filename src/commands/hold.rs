@@ -8,31 +8,32 @@
 //!
 //! Reply: integer, the server time in ms until which the schedule is held
 //! (`0` when not held).
-//! Errors: a malformed `ms`; a schedule name over 1024 bytes, or a new
-//! schedule while 10,000 are held (holds are module memory, outside
-//! maxmemory: a client must not grow them without bound; lifting a hold with
-//! `0` always works).
+//! Errors: a malformed `ms`; `WRONGTYPE` when the hold key is of another
+//! type; in a cluster, a schedule whose hold key cannot share its slot (a `}`
+//! in a name without a hash tag); `OOM ...` for a new hold of a schedule that
+//! does not exist while used memory is over maxmemory (extending or lifting a
+//! hold, and holding a queue that has jobs, always work).
 //! Keys: `schedule`, declared, and the command is flagged `write`, so a
-//! cluster routes it to the owner and a replica refuses it; it writes no key.
-//! Replication: none. The hold lives in the primary's memory: a restart,
-//! failover or slot move forgets it (a hold is short; the next `429` renews it).
+//! cluster routes it to the owner and a replica refuses it. The hold is the
+//! string key `<schedule>:echomq-hold` (`{<schedule>}:echomq-hold` for a
+//! name without a hash tag), in the schedule's slot, holding the end of the
+//! hold in server ms and expiring then: a key like any other, so a replica,
+//! an AOF, a failover and a slot move keep the hold, and its memory counts in
+//! maxmemory.
+//! Replication: `SET <hold key> <until> PXAT <until>` when the hold grows,
+//! `DEL <hold key>` when `ms = 0` lifts one; nothing when a longer hold is
+//! kept.
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisResult, RedisValue};
 
-use crate::errors::ReplyError;
-use crate::limits::HoldRefused;
 use crate::parse;
 use crate::release;
 use crate::server::keys::Arg;
 
-pub fn echo_hold(_ctx: &Context, args: &[Arg]) -> RedisResult {
+pub fn echo_hold(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, ms] = args else {
-        return Err(RedisError::WrongArity);
+        return Err(redis_module::RedisError::WrongArity);
     };
     let ms = parse::parse_hold_ms(ms.as_slice())?;
-    match release::hold(schedule.as_slice(), ms) {
-        Ok(until) => Ok(RedisValue::Integer(until)),
-        Err(HoldRefused::TooMany) => Err(ReplyError::TooManyHolds.into()),
-        Err(HoldRefused::NameTooLong) => Err(ReplyError::HoldNameTooLong.into()),
-    }
+    release::hold(ctx, schedule, ms).map(RedisValue::Integer)
 }

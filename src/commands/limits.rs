@@ -6,7 +6,7 @@
 //! leave now, due or not), `held-until-ms` (0 when not held), `released`
 //! and `failures` (since the entry was set). For a schedule not listed in
 //! `echomq.release-limits` every field but `held-until-ms` is nil: the module
-//! keeps no state for it beyond a hold.
+//! keeps no state for it (a hold is a key beside it, see ECHO.HOLD).
 //!
 //! Reply: a map (RESP3) or a flat field/value array (RESP2).
 //! Replication: none; read-only.
@@ -21,7 +21,7 @@ pub fn echo_limits(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule] = args else {
         return Err(RedisError::WrongArity);
     };
-    let snapshot = release::snapshot(schedule.as_slice());
+    let snapshot = release::snapshot(ctx, schedule.as_slice());
     let count = |n: u64| Field::Integer(i64::try_from(n).unwrap_or(i64::MAX));
     let limit = snapshot.limit.as_ref();
     reply::map(

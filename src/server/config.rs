@@ -6,6 +6,7 @@ use std::any::TypeId;
 use std::ffi::{c_void, CStr};
 use std::os::raw::{c_char, c_int, c_longlong};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
@@ -75,6 +76,11 @@ pub struct Refusal {
 }
 
 static LAST_REFUSAL: Mutex<Option<Refusal>> = Mutex::new(None);
+
+/// Whether `load` is running: only a refusal at load is kept (the load's
+/// error names it); a CONFIG SET's refusal is the client's reply and nothing
+/// more, so a refused value of any size is freed with the call.
+static LOADING: AtomicBool = AtomicBool::new(false);
 
 /// The last refusal since load: what `load` failing was about.
 pub fn take_last_refusal() -> Option<Refusal> {
@@ -154,8 +160,22 @@ pub fn load(ctx: &Context) -> bool {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .take();
+    LOADING.store(true, Relaxed);
     // SAFETY: checked at load; a live context.
-    unsafe { api!(RedisModule_LoadConfigs)(ctx.ctx) == raw::REDISMODULE_OK as c_int }
+    let loaded = unsafe { api!(RedisModule_LoadConfigs)(ctx.ctx) == raw::REDISMODULE_OK as c_int };
+    LOADING.store(false, Relaxed);
+    loaded
+}
+
+/// Frees what the configs keep (the strings last handed to the server, a
+/// refusal): at unload, when the server's allocator would otherwise keep
+/// them for good.
+pub fn release_all() {
+    *HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner) = Vec::new();
+    LAST_REFUSAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
 }
 
 fn refuse(err: *mut *mut RedisModuleString, why: &str) -> c_int {
@@ -215,6 +235,9 @@ extern "C" fn set_string<C: StringConfig>(
                     .into_owned()
             };
             let status = refuse(err, &why);
+            if !LOADING.load(Relaxed) {
+                return status;
+            }
             *LAST_REFUSAL.lock().unwrap_or_else(PoisonError::into_inner) = Some(Refusal {
                 name,
                 value: bytes.to_vec(),

@@ -26,6 +26,12 @@ pub fn in_cluster(ctx: &Context) -> bool {
     flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
 }
 
+/// Whether used memory is over `maxmemory` (and a deny-oom command would be
+/// refused now).
+pub fn out_of_memory(ctx: &Context) -> bool {
+    flags(ctx) & raw::REDISMODULE_CTX_FLAGS_OOM != 0
+}
+
 fn flags(ctx: &Context) -> u32 {
     // SAFETY: checked at load; a live context.
     unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) as u32 }

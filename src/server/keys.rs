@@ -23,6 +23,7 @@ use crate::errors::ReplyError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Missing,
+    String,
     SortedSet,
     List,
     Stream,
@@ -156,6 +157,7 @@ impl<'a> Key<'a> {
         let kind = unsafe { api!(RedisModule_KeyType)(self.ptr) } as isize;
         match kind {
             raw::REDISMODULE_KEYTYPE_EMPTY => Kind::Missing,
+            raw::REDISMODULE_KEYTYPE_STRING => Kind::String,
             raw::REDISMODULE_KEYTYPE_ZSET => Kind::SortedSet,
             raw::REDISMODULE_KEYTYPE_LIST => Kind::List,
             raw::REDISMODULE_KEYTYPE_STREAM => Kind::Stream,
@@ -424,6 +426,80 @@ impl<'a> Key<'a> {
                 )
             };
         }
+    }
+
+    /// The integer a string key holds: `None` when the key is missing, of
+    /// another type, or not a canonical decimal integer.
+    pub fn string_i64(&self) -> Option<i64> {
+        if self.kind() != Kind::String {
+            return None;
+        }
+        let mut len = 0usize;
+        // SAFETY: a live handle of a string key; READ access gives a view of
+        // its bytes, valid until the key is closed or written (neither
+        // happens before the copy below ends).
+        let bytes = unsafe {
+            let p = api!(RedisModule_StringDMA)(self.ptr, &mut len, raw::REDISMODULE_READ as c_int);
+            if p.is_null() {
+                return None;
+            }
+            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        };
+        let text = std::str::from_utf8(bytes).ok()?;
+        let value: i64 = text.parse().ok()?;
+        (value.to_string() == text).then_some(value)
+    }
+
+    /// `SET key <value> PXAT <at_ms>`: the key becomes a string holding
+    /// `value` that expires at `at_ms` (server time), with the signal, the
+    /// `set` and `expire` events and the replication of that very command.
+    /// The caller has checked that the key is missing or a string.
+    pub fn set_i64_expiring(&self, value: i64, at_ms: i64) {
+        let text = value.to_string();
+        // SAFETY: CreateString copies the bytes; the string is freed below,
+        // after StringSet (which copies it) and Replicate (which copies it).
+        unsafe {
+            let s = api!(RedisModule_CreateString)(self.ctx.ctx, text.as_ptr().cast(), text.len());
+            // A write handle of a missing key or a string: StringSet cannot
+            // fail then, nor SetAbsExpire on the key it just wrote.
+            api!(RedisModule_StringSet)(self.ptr, s);
+            api!(RedisModule_SetAbsExpire)(self.ptr, at_ms);
+            api!(RedisModule_FreeString)(self.ctx.ctx, s);
+        }
+        self.signal();
+        self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set");
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire");
+        // SAFETY: "sbcl": a string, a buffer as pointer and length, a C string
+        // and a long long, all live for the call, which copies them.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                self.ctx.ctx,
+                c"SET".as_ptr(),
+                c"sbcl".as_ptr(),
+                self.name.0,
+                text.as_ptr(),
+                text.len(),
+                c"PXAT".as_ptr(),
+                at_ms as c_longlong,
+            )
+        };
+    }
+
+    /// `DEL key`: `true` when it existed, and then signalled, sent as `del`
+    /// and replicated.
+    pub fn delete(&self) -> bool {
+        if self.kind() == Kind::Missing {
+            return false;
+        }
+        // SAFETY: a live write handle of an existing key.
+        unsafe { api!(RedisModule_DeleteKey)(self.ptr) };
+        self.signal();
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+        // SAFETY: "s" names the one string argument passed.
+        unsafe {
+            api!(RedisModule_Replicate)(self.ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name.0)
+        };
+        true
     }
 
     /// Tells the server the key was written: WATCH on it fails, client-side
