@@ -7,27 +7,38 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from ._common import Keys, Payload, check_client, id_bytes, new_id, new_job_id, server_ms, to_bytes, to_str
 
-# KEYS: jobs pending schedule   ARGV: id payload delay_ms
+# KEYS: jobs pending schedule   ARGV: id payload delay_ms   Reply: 1 added, 0 exists.
+# The enqueue (the one write that can be refused) comes first and the payload after it: a refused
+# enqueue is raised as the script's error with nothing written.
 ADD_SCRIPT = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-local r
-if ARGV[3] == '0' then r = redis.pcall('XADD', KEYS[2], '*', 'job', ARGV[1])
-else r = redis.pcall('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
-if type(r) == 'table' and r.err then redis.call('HDEL', KEYS[1], ARGV[1]); return r end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
+else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """
 
-# KEYS: dead attempts errors pending   ARGV: id
+# KEYS: dead attempts errors pending   ARGV: id   Reply: 1 requeued, 0 not dead.
+# Every type is checked (ZSCORE, HLEN) and the XADD, the one write that can be refused (pending of
+# another type, or a stream out of IDs), comes first: a refused requeue keeps the job in dead with
+# its attempts and error.
 REQUEUE_SCRIPT = """
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return 0 end
+redis.call('HLEN', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
 return 1
 """
 
 # KEYS: dead jobs attempts errors   ARGV: older_than_ms
+# The hashes' types are checked before the first ZREM: a purge that fails writes nothing.
 PURGE_SCRIPT = """
+redis.call('HLEN', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
 local t = redis.call('TIME')
 local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
 local max = string.format('%d', cutoff)
@@ -109,7 +120,7 @@ class Queue:
         k = self.keys
         if id is not None:
             text, jid = new_job_id(id)
-            # The script takes the payload back when the enqueue is refused, and raises.
+            # A refused enqueue is raised by the script with nothing written.
             self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, data, delay_ms])
             return text
         jid_s = new_id()
@@ -224,12 +235,16 @@ class Queue:
     # -- repairing ---------------------------------------------------------------------------
 
     def requeue(self, id: str) -> bool:
-        """Moves a dead job back to pending with its attempts reset; False when not dead."""
+        """Moves a dead job back to pending with its attempts reset; False when not dead.
+        When pending cannot take it (a key of another type, a stream out of IDs) the server's
+        error is raised and the job stays dead with its attempts and error."""
         k = self.keys
         return bool(self._requeue_script(keys=[k.dead, k.attempts, k.errors, k.pending], args=[id_bytes(id)]))
 
     def remove(self, id: str) -> bool:
-        """Removes a job wherever it waits; True when it existed."""
+        """Removes a job wherever it waits; True when it existed. A run in flight of the job
+        writes nothing when it ends: its failure drops the entry without a trace, its success
+        deletes what the remove already deleted."""
         k = self.keys
         jid = id_bytes(id)
         pipe = self.client.pipeline(transaction=True)

@@ -26,21 +26,73 @@ MAX_HOLD_MS = 86_400_000
 HOLD_RECHECK_S = 1.0  # a worker waiting out a hold asks again this often: a lifted hold is seen
 _TRANSIENT = (_ConnError, _TimeoutError, OSError)
 
-# One failed job (docs/clients.md, Working, step 4): the entry is acknowledged only when the retry
-# (or the move to dead) was written; a refused ECHO.RETRY leaves it delivered, to be taken over.
-# KEYS: schedule pending dead attempts errors
+# One failed job (docs/clients.md, Working, step 4). Every type is checked before the first write,
+# and ECHO.RETRY (the one write that can be refused) is the first: a refused retry writes nothing and
+# leaves the entry delivered, to be taken over. A resend finds the entry acknowledged (-3) and writes
+# nothing; a job removed while it ran (-4) has its entry dropped and no trace written. The hold comes
+# last and under pcall: a hold that cannot be taken never stops the failure from being written.
+# KEYS: schedule pending dead attempts errors jobs
 # ARGV: id entry policy attempt max_attempts message hold_ms
+# Reply: {fired, held}; held is 0 (no hold asked), the hold's end (ms), or a string: the refusal.
 FAIL_SCRIPT = """
-if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return -3 end
-if ARGV[7] ~= '0' then redis.call('ECHO.HOLD', KEYS[1], ARGV[7]) end
+if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return {-3, 0} end
+redis.call('HLEN', KEYS[4])
+redis.call('HLEN', KEYS[5])
+if redis.call('HEXISTS', KEYS[6], ARGV[1]) == 0 then
+  redis.call('XACK', KEYS[2], 'workers', ARGV[2])
+  redis.call('XDEL', KEYS[2], ARGV[2])
+  return {-4, 0}
+end
+local fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
+                         'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-local fired = redis.pcall('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
-                          'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
-if type(fired) == 'table' and fired.err then return fired end
 redis.call('XACK', KEYS[2], 'workers', ARGV[2])
 redis.call('XDEL', KEYS[2], ARGV[2])
-return fired
+local held = 0
+if ARGV[7] ~= '0' then
+  held = redis.pcall('ECHO.HOLD', KEYS[1], ARGV[7])
+  if type(held) == 'table' then held = held.err end
+end
+return {fired, held}
+"""
+
+# Successes (step 3), up to SUCCESS_BATCH runs a call. Only the entries this delivery still owns
+# (XACK replies 1) have their entry and job deleted: a resent batch whose first try reached the
+# server deletes nothing, though the id may belong to a job added since.
+# KEYS: pending jobs attempts errors   ARGV: entry id [entry id ...]
+# Reply: how many of the runs were settled now (an entry no longer pending was settled before)
+SUCCESS_SCRIPT = """
+redis.call('HLEN', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
+local entries, ids = {}, {}
+for i = 1, #ARGV, 2 do
+  if redis.call('XACK', KEYS[1], 'workers', ARGV[i]) == 1 then
+    entries[#entries + 1] = ARGV[i]
+    ids[#ids + 1] = ARGV[i + 1]
+  end
+end
+if #entries > 0 then
+  redis.call('XDEL', KEYS[1], unpack(entries))
+  redis.call('HDEL', KEYS[2], unpack(ids))
+  redis.call('HDEL', KEYS[3], unpack(ids))
+  redis.call('HDEL', KEYS[4], unpack(ids))
+end
+return #entries
+"""
+SUCCESS_BATCH = 1000
+
+# An entry taken but not started, handed back on close (step 8): the new entry is written first (a
+# refused XADD writes nothing: the entry stays delivered, taken over after the lease), and only an
+# entry still pending is handed back (a resend writes nothing).
+# KEYS: pending   ARGV: entry id
+HAND_BACK_SCRIPT = """
+if #redis.call('XPENDING', KEYS[1], 'workers', ARGV[1], ARGV[1], 1) == 0 then return 0 end
+redis.call('XADD', KEYS[1], '*', 'job', ARGV[2])
+redis.call('XACK', KEYS[1], 'workers', ARGV[1])
+redis.call('XDEL', KEYS[1], ARGV[1])
+return 1
 """
 
 
@@ -193,6 +245,8 @@ class Worker:
         self._deadline: Optional[float] = None  # monotonic time after which unsent outcomes are dropped
         self._claim_cursor = b"0-0"  # XAUTOCLAIM's cursor, kept between takeovers
         self._fail_script = self.client.register_script(FAIL_SCRIPT)
+        self._success_script = self.client.register_script(SUCCESS_SCRIPT)
+        self._hand_back_script = self.client.register_script(HAND_BACK_SCRIPT)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -420,20 +474,28 @@ class Worker:
                     self._leased.pop(eid, None)
 
     def _hand_back(self, entries) -> None:
-        """Entries taken but not started when the worker closes: back to pending at once
-        (XACK, XDEL, XADD in one MULTI), so another worker gets them without waiting for the lease.
-        On an error they stay in the group and are taken over after the lease."""
+        """Entries taken but not started when the worker closes: back to pending at once (the
+        hand-back script, one call per entry, pipelined), so another worker gets them without
+        waiting for the lease. An entry whose hand-back fails stays in the group and is taken over
+        after the lease; an entry without a job field is only dropped."""
         k = self.keys
         try:
-            pipe = self.client.pipeline(transaction=True)
+            pipe = self.client.pipeline(transaction=False)
             for eid, jid in entries:
-                pipe.xack(k.pending, GROUP, eid)
-                pipe.xdel(k.pending, eid)
-                if jid is not None:
-                    pipe.xadd(k.pending, {b"job": jid})
-            pipe.execute()
+                if jid is None:
+                    pipe.xack(k.pending, GROUP, eid)
+                    pipe.xdel(k.pending, eid)
+                else:
+                    self._hand_back_script(keys=[k.pending], args=[eid, jid], client=pipe)
+            replies = pipe.execute(raise_on_error=False)
+            errors = [r for r in replies if isinstance(r, Exception)]
         except Exception as exc:  # noqa: BLE001
-            log.warning("echomq: cannot hand back %d entries (%s); they are taken over after the lease", len(entries), exc)
+            errors = [exc]
+        if errors:
+            log.warning(
+                "echomq: cannot hand back %d of %d entries (%s); they are taken over after the lease",
+                len(errors), len(entries), errors[0],
+            )
 
     def _launch(self, pool: _Pool, rows) -> None:
         if self.closing:
@@ -530,14 +592,23 @@ class Worker:
         pause = 0.05
         while True:
             try:
-                self._fail_script(keys=[k.schedule, k.pending, k.dead, k.attempts, k.errors], args=args)
-                return
+                reply = self._fail_script(
+                    keys=[k.schedule, k.pending, k.dead, k.attempts, k.errors, k.jobs], args=args
+                )
+                break
             except _TRANSIENT as err:
                 if not resend or self._give_up():
                     raise
                 log.warning("echomq: cannot write a failure (%s); sending it again", err)
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
+        # {fired, held}: -3 (a resend, or settled elsewhere) and -4 (removed) wrote nothing more.
+        held = reply[1] if isinstance(reply, (list, tuple)) and len(reply) > 1 else 0
+        if isinstance(held, (bytes, str)):
+            log.warning(
+                "echomq: job %r failed and was written, but the queue could not be held for %d ms (%s)",
+                to_str(jid), hold_ms, to_str(held),
+            )
 
     def _ack_loop(self) -> None:
         """Sends the successes, batched: those finished while a batch is on the wire go in the
@@ -576,20 +647,17 @@ class Worker:
                 self._leased.pop(eid, None)
 
     def _send_acks(self, batch) -> None:
+        """The success script, SUCCESS_BATCH runs a call. An entry with no job to delete (the job
+        was removed before it ran) goes with the id "" (no job has it): only the entry is dropped,
+        never a job added with the same id since."""
         k = self.keys
-        entries = [eid for eid, _ in batch]
-        ids = [jid for _, jid in batch if jid is not None]
-        pipe = self.client.pipeline(transaction=True)
-        for i in range(0, len(entries), 1000):
-            chunk = entries[i : i + 1000]
-            pipe.xack(k.pending, GROUP, *chunk)
-            pipe.xdel(k.pending, *chunk)
-        for i in range(0, len(ids), 1000):
-            chunk = ids[i : i + 1000]
-            pipe.hdel(k.jobs, *chunk)
-            pipe.hdel(k.attempts, *chunk)
-            pipe.hdel(k.errors, *chunk)
-        pipe.execute()
+        keys = [k.pending, k.jobs, k.attempts, k.errors]
+        for i in range(0, len(batch), SUCCESS_BATCH):
+            args: List[bytes] = []
+            for eid, jid in batch[i : i + SUCCESS_BATCH]:
+                args.append(eid)
+                args.append(jid if jid is not None else b"")
+            self._success_script(keys=keys, args=args)
 
     def _lease_loop(self) -> None:
         k = self.keys
