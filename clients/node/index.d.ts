@@ -65,9 +65,10 @@ export class Queue {
   counts(): Promise<Counts>;
   /** Dead jobs, oldest death first. Defaults: offset 0, count 100. */
   dead(offset?: number, count?: number): Promise<DeadRecord[]>;
-  /** Dead -> pending with its attempts reset; false when the id is not dead. */
+  /** Dead -> pending with its attempts reset; false when the id is not dead. Refused by the
+   * server (pending of another type, a stream out of IDs), it rejects and the job stays dead. */
   requeue(id: string): Promise<boolean>;
-  /** Removes a job wherever it waits; false when no such job exists. */
+  /** Removes a job wherever it waits (a run in flight then writes no outcome); false when no such job exists. */
   remove(id: string): Promise<boolean>;
   /** Removes dead jobs that died at least olderThanMs ago (server clock); resolves to how many. */
   purgeDead(olderThanMs: number): Promise<number>;
@@ -113,7 +114,8 @@ export class Worker extends EventEmitter {
   /** Takes nothing new, waits for running handlers (up to shutdownTimeoutMs); resolves when run() has. */
   close(): Promise<void>;
 
-  /** "ready": the group exists and the worker starts taking jobs. "error": a server error the worker survived. */
+  /** "ready": the group exists and the worker starts taking jobs. "error": a server error the worker
+   * survived, or a RetryAfter hold the server refused (the failure itself was written). */
   on(event: "ready", listener: () => void): this;
   on(event: "error", listener: (error: Error) => void): this;
   on(event: string | symbol, listener: (...args: any[]) => void): this;

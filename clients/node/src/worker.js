@@ -41,23 +41,74 @@ const RESEND_MAX_MS = 1000;
 
 const ignore = () => {};
 
-// Steps 4-5: a failure acknowledges its entry only when the retry (or the move to dead) was
-// written; refused (a schedule or dead key of another type), the entry stays delivered and
-// is taken over after the lease. hold_ms 0 holds nothing (ECHO.HOLD 0 would lift a hold).
+// Step 3: successes, at most SUCCESS_BATCH (entry, id) pairs a call. Only the runs whose
+// entry this delivery still owns (XACK replies 1) are deleted: a batch sent again after its
+// reply was lost finds its entries acknowledged and deletes nothing, not even the payload of
+// a new job added with the same id since. The hashes' types are checked before the first write.
+const SUCCESS = new Script(`
+-- KEYS: pending jobs attempts errors   ARGV: entry id [entry id ...]
+-- Reply: how many of the runs were settled now (an entry no longer pending was settled before)
+redis.call('HLEN', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
+local entries, ids = {}, {}
+for i = 1, #ARGV, 2 do
+  if redis.call('XACK', KEYS[1], 'workers', ARGV[i]) == 1 then
+    entries[#entries + 1] = ARGV[i]
+    ids[#ids + 1] = ARGV[i + 1]
+  end
+end
+if #entries > 0 then
+  redis.call('XDEL', KEYS[1], unpack(entries))
+  redis.call('HDEL', KEYS[2], unpack(ids))
+  redis.call('HDEL', KEYS[3], unpack(ids))
+  redis.call('HDEL', KEYS[4], unpack(ids))
+end
+return #entries
+`, 4);
+const SUCCESS_BATCH = 1000;
+
+// Steps 4-5: nothing is written before ECHO.RETRY, the one write the server may refuse (a
+// schedule or dead key of another type): refused, the entry stays delivered and is taken over
+// after the lease. Reply {fired, held}: -3 the entry is no longer pending (a resend, or settled
+// by another worker), -4 the job was removed while it ran (its entry is dropped, no trace
+// written); held is 0 (no hold asked: hold_ms 0 would lift a hold), the hold's end, or a
+// string, the hold's refusal, which never stops the failure being written.
 const FAIL = new Script(`
--- KEYS: schedule pending dead attempts errors
+-- KEYS: schedule pending dead attempts errors jobs
 -- ARGV: id entry policy attempt max_attempts message hold_ms
-if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return -3 end
-if ARGV[7] ~= '0' then redis.call('ECHO.HOLD', KEYS[1], ARGV[7]) end
+if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return {-3, 0} end
+redis.call('HLEN', KEYS[4])
+redis.call('HLEN', KEYS[5])
+if redis.call('HEXISTS', KEYS[6], ARGV[1]) == 0 then
+  redis.call('XACK', KEYS[2], 'workers', ARGV[2])
+  redis.call('XDEL', KEYS[2], ARGV[2])
+  return {-4, 0}
+end
+local fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
+                         'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-local fired = redis.pcall('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
-                          'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
-if type(fired) == 'table' and fired.err then return fired end
 redis.call('XACK', KEYS[2], 'workers', ARGV[2])
 redis.call('XDEL', KEYS[2], ARGV[2])
-return fired
-`, 5);
+local held = 0
+if ARGV[7] ~= '0' then
+  held = redis.pcall('ECHO.HOLD', KEYS[1], ARGV[7])
+  if type(held) == 'table' then held = held.err end
+end
+return {fired, held}
+`, 6);
+
+// Step 8: an entry taken but never started, put back as a new entry; the XADD (which may be
+// refused) is the first write, and an entry no longer pending (a resend) is left alone.
+const HAND_BACK = new Script(`
+-- KEYS: pending   ARGV: entry id
+if #redis.call('XPENDING', KEYS[1], 'workers', ARGV[1], ARGV[1], 1) == 0 then return 0 end
+redis.call('XADD', KEYS[1], '*', 'job', ARGV[2])
+redis.call('XACK', KEYS[1], 'workers', ARGV[1])
+redis.call('XDEL', KEYS[1], ARGV[1])
+return 1
+`, 1);
 
 // The server answered (and refused): sending again would not help. Anything else (a lost
 // connection, a command rejected before it was sent) may go well the next time.
@@ -180,8 +231,8 @@ export class Worker extends EventEmitter {
       // entry is acknowledged: refused here instead, in the server's words (ECHO.DELAY
       // checks it as ECHO.RETRY does and writes nothing).
       await this.#conn.call("ECHO.DELAY", this.backoff, 1);
-      // Loaded once here: the first failures do not each fall back to EVAL.
-      await FAIL.load(this.#conn);
+      // Loaded once here: the first outcomes do not each fall back to EVAL.
+      for (const script of [SUCCESS, FAIL, HAND_BACK]) await script.load(this.#conn);
       await this.#createGroup();
       await this.#checkQueues();
       if (!this.#closing) {
@@ -437,19 +488,14 @@ export class Worker extends EventEmitter {
     }
   }
 
-  // Entries taken but never started, put back as new entries for any worker.
+  // Entries taken but never started, put back as new entries for any worker: one hand-back
+  // script per entry, pipelined (an entry whose data is gone is only dropped).
   async #giveBack(entries) {
     const k = this.#keys;
-    const multi = this.#conn.multi();
-    for (const e of entries) {
-      multi.xack(k.pending, GROUP, e.entry).xdel(k.pending, e.entry);
-      if (e.job !== null) multi.xadd(k.pending, "*", "job", e.job);
-    }
-    try {
-      await multi.exec();
-    } catch (err) {
-      this.#report(err);
-    }
+    const sends = entries.map((e) => (e.job === null
+      ? this.#conn.multi().xack(k.pending, GROUP, e.entry).xdel(k.pending, e.entry).exec()
+      : HAND_BACK.run(this.#conn, [k.pending], [e.entry, e.job])));
+    for (const r of await Promise.allSettled(sends)) if (r.status === "rejected") this.#report(r.reason);
     this.#release(entries);
   }
 
@@ -515,8 +561,9 @@ export class Worker extends EventEmitter {
     });
   }
 
-  // Steps 3-5: one MULTI for every success settled since the last one was sent, and
-  // beside it one script per failure, written together; while they are on the wire, new
+  // Steps 3-5: the successes settled since the last round in success scripts of up to 1,000
+  // runs, the entries of removed jobs in one MULTI, and one script per failure, written
+  // together (each safe to send again); while they are on the wire, new
   // outcomes wait for the next round. Outcomes a lost connection refused are sent again
   // (their entries stay leased meanwhile) until they go through, or the drain gives up.
   #flush() {
@@ -534,52 +581,62 @@ export class Worker extends EventEmitter {
     const confirmed = [];
     let resend = false;
     const sends = [];
-    const entries = okEntries.concat(dropped);
-    if (entries.length) {
-      const multi = this.#conn.multi();
-      multi.xack(k.pending, GROUP, ...entries).xdel(k.pending, ...entries);
-      if (okIds.length) multi.hdel(k.jobs, ...okIds).hdel(k.attempts, ...okIds).hdel(k.errors, ...okIds);
-      sends.push(multi.exec().then(
-        (result) => {
-          if (!result) this.#report(new Error("an outcome transaction was aborted"));
-          else for (const [e] of result) if (e) this.#report(e);
+    // A send the server answered (even with an error) is done: its entries stay delivered and
+    // are taken over after the lease when it was refused. A lost connection sends it again.
+    const sent = (promise, entries, onResend, onReply = ignore, onAnswered = ignore) => {
+      sends.push(promise.then(
+        (reply) => {
           confirmed.push(...entries);
+          onAnswered();
+          onReply(reply);
         },
         (e) => {
           this.#report(e);
           if (answered(e)) {
             confirmed.push(...entries);
+            onAnswered();
           } else {
             resend = true;
-            this.#okEntries.push(...okEntries);
-            this.#okIds.push(...okIds);
-            this.#dropped.push(...dropped);
+            onResend();
           }
         },
       ));
+    };
+    const successKeys = [k.pending, k.jobs, k.attempts, k.errors];
+    for (let start = 0; start < okEntries.length; start += SUCCESS_BATCH) {
+      const entries = okEntries.slice(start, start + SUCCESS_BATCH);
+      const ids = okIds.slice(start, start + SUCCESS_BATCH);
+      const args = [];
+      for (let i = 0; i < entries.length; i++) args.push(entries[i], ids[i]);
+      sent(SUCCESS.run(this.#conn, successKeys, args), entries, () => {
+        this.#okEntries.push(...entries);
+        this.#okIds.push(...ids);
+      });
     }
-    const keys = [k.schedule, k.pending, k.dead, k.attempts, k.errors];
+    if (dropped.length) {
+      // Removed jobs: their entries only (a job added again with the same id since is not theirs).
+      const multi = this.#conn.multi().xack(k.pending, GROUP, ...dropped).xdel(k.pending, ...dropped);
+      sent(multi.exec().then((result) => {
+        if (!result) this.#report(new Error("an outcome transaction was aborted"));
+        else for (const [e] of result) if (e) this.#report(e);
+      }), dropped, () => this.#dropped.push(...dropped));
+    }
+    const keys = [k.schedule, k.pending, k.dead, k.attempts, k.errors, k.jobs];
     for (const f of failures) {
       const args = [f.id, f.entry, this.backoff, String(f.attempt), String(this.maxAttempts), f.message,
         String(f.holdMs)];
-      sends.push(FAIL.run(this.#conn, keys, args).then(
-        () => {
-          confirmed.push(f.entry);
-          if (f.holdMs > 0) this.#holdsUnsent--;
-        },
-        (e) => {
-          this.#report(e);
-          if (answered(e)) {
-            // Refused by the server: the entry stays delivered, unacknowledged, and is taken
-            // over after the lease.
-            confirmed.push(f.entry);
-            if (f.holdMs > 0) this.#holdsUnsent--;
-          } else {
-            resend = true;
-            this.#failures.push(f);
-          }
-        },
-      ));
+      sent(FAIL.run(this.#conn, keys, args), [f.entry], () => this.#failures.push(f), (reply) => {
+        // The failure was written (or was settled before, -3, or the job removed, -4); a
+        // refused hold (held is the refusal's text) is reported, the worker goes on.
+        const held = Array.isArray(reply) ? reply[1] : 0;
+        if (typeof held === "string" || Buffer.isBuffer(held)) {
+          this.#report(new Error(`job ${f.id}: the failure was written but the hold of ${f.holdMs} ms `
+            + `was refused: ${held}`));
+        }
+      }, () => {
+        // Answered: the hold is written (or refused), reads may go on.
+        if (f.holdMs > 0) this.#holdsUnsent--;
+      });
     }
     this.#flushing = Promise.all(sends).then(async () => {
       for (const entry of confirmed) this.#confirming.delete(entry);

@@ -59,11 +59,14 @@ test("a failure whose retry the server refuses leaves the job delivered, in the 
     runs.push(job.attempt);
     throw new Error("boom");
   }, { backoff: "fixed:0", leaseMs: 60000 });
-  worker.on("error", () => {});
+  const errors = [];
+  worker.on("error", (e) => errors.push(e));
   const running = worker.run();
   try {
-    // The script writes the attempt count before the refused ECHO.RETRY, in one step.
-    await waitFor(async () => (await client.hget(k.attempts, id)) === "1", "the failure to be written");
+    // The refused ECHO.RETRY is the script's first write: nothing of the failure is written.
+    await waitFor(() => errors.some((e) => /WRONGTYPE/.test(e.message)), "the refused failure");
+    assert.equal(await client.hexists(k.attempts, id), 0);
+    assert.equal(await client.hexists(k.errors, id), 0);
     const summary = await client.xpending(k.pending, "workers");
     assert.equal(summary[0], 1, "the entry is still delivered, unacknowledged");
     assert.equal(await client.xlen(k.pending), 1);
