@@ -502,7 +502,9 @@ impl Queue {
     }
 
     /// Moves a dead job back to pending with its attempts reset. Returns
-    /// whether it was dead.
+    /// whether it was dead. A refused requeue (a `pending` key of another
+    /// type, a stream out of IDs) is an error, and the job stays dead with
+    /// its attempts and error.
     pub async fn requeue(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
@@ -519,7 +521,9 @@ impl Queue {
 
     /// Deletes a job wherever it waits (schedule, dead) with its payload.
     /// Returns whether it existed. An entry already in the stream stays: the
-    /// worker that takes it finds no payload and drops it.
+    /// worker that takes it finds no payload and drops it. A run in flight
+    /// writes no trace of it: its failure drops the entry without an
+    /// attempt, an error or a retry.
     pub async fn remove(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
