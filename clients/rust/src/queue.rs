@@ -23,36 +23,53 @@ pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Jobs per transaction in [`Queue::add_many`].
 const BATCH: usize = 1000;
 
-/// Jobs, pending, schedule; id, payload, delay_ms. A refused enqueue (a
-/// `schedule` key of another type) takes the payload back, so the id is not
-/// left taken by a job that is nowhere.
+/// Jobs, pending, schedule; id, payload, delay_ms. Nothing is written before
+/// the enqueue, the one write that can be refused (a `schedule` key of
+/// another type, a stream out of IDs): a refused enqueue is the script's
+/// error and leaves no trace, so the id is not left taken by a job that is
+/// nowhere.
 const ADD_SCRIPT: &str = r"
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-local r
-if ARGV[3] == '0' then r = redis.pcall('XADD', KEYS[2], '*', 'job', ARGV[1])
-else r = redis.pcall('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
-if type(r) == 'table' and r.err then redis.call('HDEL', KEYS[1], ARGV[1]); return r end
+-- KEYS: jobs pending schedule   ARGV: id payload delay_ms
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
+else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 ";
 
 /// The largest `delay_ms` (`ECHO.SCHEDULE` takes `0..=10^13`).
 pub const MAX_DELAY_MS: u64 = 10_000_000_000_000;
 
+/// Dead, attempts, errors, pending; id. The hashes' types are checked and
+/// the `XADD` (which a `pending` of another type or a stream out of IDs
+/// refuses) comes first: a refused requeue leaves the job in `dead` with its
+/// attempts and error. A resend finds the job no longer dead (0).
 const REQUEUE_SCRIPT: &str = r"
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+-- KEYS: dead attempts errors pending   ARGV: id
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return 0 end
+redis.call('HLEN', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
 return 1
 ";
 
+/// Dead, jobs, attempts, errors; older_than_ms. Every key's type is checked
+/// before the first write, so a key of another type deletes nothing rather
+/// than leaving ids in `dead` without their payload.
 const PURGE_SCRIPT: &str = r"
+-- KEYS: dead jobs attempts errors   ARGV: older_than_ms
+redis.call('HLEN', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local upto = string.format('%.0f', now - tonumber(ARGV[1]))
+local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
+local max = string.format('%d', cutoff)
 local n = 0
 while true do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, 1000)
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, 1000)
   if #ids == 0 then break end
   redis.call('ZREM', KEYS[1], unpack(ids))
   redis.call('HDEL', KEYS[2], unpack(ids))
@@ -485,7 +502,9 @@ impl Queue {
     }
 
     /// Moves a dead job back to pending with its attempts reset. Returns
-    /// whether it was dead.
+    /// whether it was dead. A refused requeue (a `pending` key of another
+    /// type, a stream out of IDs) is an error, and the job stays dead with
+    /// its attempts and error.
     pub async fn requeue(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
@@ -502,7 +521,9 @@ impl Queue {
 
     /// Deletes a job wherever it waits (schedule, dead) with its payload.
     /// Returns whether it existed. An entry already in the stream stays: the
-    /// worker that takes it finds no payload and drops it.
+    /// worker that takes it finds no payload and drops it. A run in flight
+    /// writes no trace of it: its failure drops the entry without an
+    /// attempt, an error or a retry.
     pub async fn remove(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;

@@ -116,22 +116,80 @@ const MAX_HOLD_MS: u64 = 86_400_000;
 /// How often a worker waiting out a hold asks whether it still holds.
 const HOLD_CHECK: Duration = Duration::from_secs(1);
 
-/// Steps 4 and 5 of `docs/clients.md`: a failure, acknowledged only when the
-/// retry (or the move to the dead set) was written. Were `ECHO.RETRY`
-/// refused (a key of the wrong type), the entry stays delivered and is taken
-/// over after the lease instead of being in no key at all.
+/// Steps 4 and 5 of `docs/clients.md`: a failure. Every check comes before
+/// the first write, and `ECHO.RETRY` (which a key of another type refuses)
+/// is that first write: a refused retry writes nothing and leaves the entry
+/// delivered, taken over after the lease instead of being in no key at all.
+/// A resend finds its entry acknowledged (-3); a job removed while it ran is
+/// dropped without a trace (-4). The hold is taken last and with `pcall`: a
+/// refused hold (its error text as `held`) never stops the failure.
 const FAIL_SCRIPT: &str = r"
-if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return -3 end
-if ARGV[7] ~= '0' then redis.call('ECHO.HOLD', KEYS[1], ARGV[7]) end
+-- KEYS: schedule pending dead attempts errors jobs
+-- ARGV: id entry policy attempt max_attempts message hold_ms
+if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return {-3, 0} end
+redis.call('HLEN', KEYS[4])
+redis.call('HLEN', KEYS[5])
+if redis.call('HEXISTS', KEYS[6], ARGV[1]) == 0 then
+  redis.call('XACK', KEYS[2], 'workers', ARGV[2])
+  redis.call('XDEL', KEYS[2], ARGV[2])
+  return {-4, 0}
+end
+local fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
+                         'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-local fired = redis.pcall('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
-                          'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
-if type(fired) == 'table' and fired.err then return fired end
 redis.call('XACK', KEYS[2], 'workers', ARGV[2])
 redis.call('XDEL', KEYS[2], ARGV[2])
-return fired
+local held = 0
+if ARGV[7] ~= '0' then
+  held = redis.pcall('ECHO.HOLD', KEYS[1], ARGV[7])
+  if type(held) == 'table' then held = held.err end
+end
+return {fired, held}
 ";
+
+/// Step 3: successes. Only the runs whose entry is still pending (this
+/// delivery still owns them) are deleted: a batch sent again after its
+/// first reply was lost deletes nothing, so a job added again with the same
+/// id meanwhile keeps its payload. The hashes' types are checked before the
+/// first write.
+const SUCCESS_SCRIPT: &str = r"
+-- KEYS: pending jobs attempts errors   ARGV: entry id [entry id ...]
+-- Reply: how many of the runs were settled now (an entry no longer pending was settled before)
+redis.call('HLEN', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
+local entries, ids = {}, {}
+for i = 1, #ARGV, 2 do
+  if redis.call('XACK', KEYS[1], 'workers', ARGV[i]) == 1 then
+    entries[#entries + 1] = ARGV[i]
+    ids[#ids + 1] = ARGV[i + 1]
+  end
+end
+if #entries > 0 then
+  redis.call('XDEL', KEYS[1], unpack(entries))
+  redis.call('HDEL', KEYS[2], unpack(ids))
+  redis.call('HDEL', KEYS[3], unpack(ids))
+  redis.call('HDEL', KEYS[4], unpack(ids))
+end
+return #entries
+";
+
+/// Step 8 (close): an entry taken but not started, handed back as a new
+/// entry. Added before it is acknowledged, so a refused `XADD` leaves the
+/// old entry delivered (taken over after the lease); a resend finds it no
+/// longer pending and adds nothing.
+const HAND_BACK_SCRIPT: &str = r"
+-- KEYS: pending   ARGV: entry id
+if #redis.call('XPENDING', KEYS[1], 'workers', ARGV[1], ARGV[1], 1) == 0 then return 0 end
+redis.call('XADD', KEYS[1], '*', 'job', ARGV[2])
+redis.call('XACK', KEYS[1], 'workers', ARGV[1])
+redis.call('XDEL', KEYS[1], ARGV[1])
+return 1
+";
+
+/// Pairs (entry, id) per success script call.
+const SUCCESS_BATCH: usize = 1000;
 
 /// Closes a running [`Worker`]; cloneable and usable from any task.
 #[derive(Clone)]
@@ -188,6 +246,8 @@ struct Inner {
     /// Where the next `XAUTOCLAIM` goes on (step 7).
     cursor: Mutex<String>,
     fail_script: Script,
+    success_script: Script,
+    hand_back_script: Script,
     close: Arc<watch::Sender<bool>>,
     acks: mpsc::UnboundedSender<AckMsg>,
 }
@@ -215,6 +275,8 @@ impl Worker {
                 abandon: AtomicBool::new(false),
                 cursor: Mutex::new("0-0".into()),
                 fail_script: Script::new(FAIL_SCRIPT),
+                success_script: Script::new(SUCCESS_SCRIPT),
+                hand_back_script: Script::new(HAND_BACK_SCRIPT),
                 close: Arc::new(watch::channel(false).0),
                 acks: acks_tx,
             }),
@@ -561,37 +623,53 @@ impl Inner {
     }
 
     /// Hands entries taken but not started back to the stream (after
-    /// `close`): acknowledged, deleted and added again as new entries, so
-    /// another worker gets them at once rather than after the lease.
+    /// `close`), so another worker gets them at once rather than after the
+    /// lease: one hand-back script per entry, pipelined (each adds the job
+    /// as a new entry before it acknowledges and deletes the old one). An
+    /// entry naming no job is acknowledged and deleted.
     async fn give_back(&self, entries: Vec<Entry>) {
         let keys = &self.queue.keys;
         let mut pipe = redis::pipe();
-        pipe.atomic();
-        let mut xack = redis::cmd("XACK");
-        xack.arg(&keys.pending).arg(GROUP);
-        let mut xdel = redis::cmd("XDEL");
-        xdel.arg(&keys.pending);
+        // Loaded first, so that EVALSHA finds it.
+        pipe.cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(HAND_BACK_SCRIPT)
+            .ignore();
         for e in &entries {
-            xack.arg(&e.entry);
-            xdel.arg(&e.entry);
-        }
-        pipe.add_command(xack).ignore().add_command(xdel).ignore();
-        for e in &entries {
-            if let Some(id) = &e.id {
-                pipe.cmd("XADD")
-                    .arg(&keys.pending)
-                    .arg("*")
-                    .arg("job")
-                    .arg(id)
-                    .ignore();
+            match &e.id {
+                Some(id) => {
+                    pipe.cmd("EVALSHA")
+                        .arg(self.hand_back_script.get_hash())
+                        .arg(1)
+                        .arg(&keys.pending)
+                        .arg(&e.entry)
+                        .arg(id);
+                }
+                None => {
+                    pipe.cmd("XACK")
+                        .arg(&keys.pending)
+                        .arg(GROUP)
+                        .arg(&e.entry)
+                        .ignore();
+                    pipe.cmd("XDEL").arg(&keys.pending).arg(&e.entry);
+                }
             }
         }
         let mut conn = self.queue.conn.clone();
-        if let Err(e) = pipe.query_async::<()>(&mut conn).await {
-            log(&format!(
+        // Each reply on its own: one entry refused does not hide the others.
+        pipe.ignore_errors();
+        match pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn).await {
+            Ok(replies) => {
+                for reply in replies {
+                    if let Err(e) = reply {
+                        log(&format!("giving back an entry failed: {e}"));
+                    }
+                }
+            }
+            Err(e) => log(&format!(
                 "giving back {} entries failed: {e}",
                 entries.len()
-            ));
+            )),
         }
         for e in &entries {
             self.release(&e.entry);
@@ -710,6 +788,7 @@ impl Inner {
             .key(&keys.dead)
             .key(&keys.attempts)
             .key(&keys.errors)
+            .key(&keys.jobs)
             .arg(id)
             .arg(entry)
             .arg(&self.options.backoff)
@@ -721,7 +800,10 @@ impl Inner {
         let mut backoff = Duration::from_millis(100);
         loop {
             match invocation.invoke_async::<Value>(&mut conn).await {
-                Ok(_) => return,
+                Ok(reply) => {
+                    report_failure_reply(id, &reply);
+                    return;
+                }
                 Err(e) if transient(&e) && !self.abandon.load(Ordering::SeqCst) => {
                     log(&format!(
                         "writing the failure of {id} failed, sending it again: {e}"
@@ -741,7 +823,6 @@ impl Inner {
     /// one acknowledgement was on the wire goes in the next.
     async fn ack_loop(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<AckMsg>) {
         let mut conn = self.queue.conn.clone();
-        let keys = &self.queue.keys;
         while let Some(first) = rx.recv().await {
             let mut batch = Vec::new();
             let mut flushes = Vec::new();
@@ -756,55 +837,8 @@ impl Inner {
                 }
             }
             if !batch.is_empty() {
-                let mut xack = redis::cmd("XACK");
-                xack.arg(&keys.pending).arg(GROUP);
-                let mut xdel = redis::cmd("XDEL");
-                xdel.arg(&keys.pending);
-                let mut hdel_jobs = redis::cmd("HDEL");
-                hdel_jobs.arg(&keys.jobs);
-                let mut hdel_attempts = redis::cmd("HDEL");
-                hdel_attempts.arg(&keys.attempts);
-                let mut hdel_errors = redis::cmd("HDEL");
-                hdel_errors.arg(&keys.errors);
-                let mut any_id = false;
-                for e in &batch {
-                    xack.arg(&e.entry);
-                    xdel.arg(&e.entry);
-                    if let Some(id) = &e.id {
-                        any_id = true;
-                        hdel_jobs.arg(id);
-                        hdel_attempts.arg(id);
-                        hdel_errors.arg(id);
-                    }
-                }
-                let mut pipe = redis::pipe();
-                pipe.atomic();
-                pipe.add_command(xack).ignore().add_command(xdel).ignore();
-                if any_id {
-                    pipe.add_command(hdel_jobs).ignore();
-                    pipe.add_command(hdel_attempts).ignore();
-                    pipe.add_command(hdel_errors).ignore();
-                }
-                // Sent again while the connection refuses it: until it is
-                // confirmed the entries stay leased (no other worker runs
-                // them again), until the shutdown timeout has passed.
-                let mut backoff = Duration::from_millis(100);
-                loop {
-                    match pipe.query_async::<()>(&mut conn).await {
-                        Ok(()) => break,
-                        Err(e) if transient(&e) && !self.abandon.load(Ordering::SeqCst) => {
-                            log(&format!(
-                                "acknowledging {} jobs failed, sending again: {e}",
-                                batch.len()
-                            ));
-                            tokio::time::sleep(backoff).await;
-                            backoff = next_backoff(backoff);
-                        }
-                        Err(e) => {
-                            log(&format!("acknowledging {} jobs failed: {e}", batch.len()));
-                            break;
-                        }
-                    }
+                for chunk in batch.chunks(SUCCESS_BATCH) {
+                    self.settle(&mut conn, chunk).await;
                 }
                 for e in &batch {
                     self.release(&e.entry);
@@ -815,6 +849,46 @@ impl Inner {
                     let _ = tx.send(());
                 }
                 return;
+            }
+        }
+    }
+
+    /// Step 3 for at most [`SUCCESS_BATCH`] entries: one success script.
+    /// Sent again while the connection refuses it: until it is confirmed the
+    /// entries stay leased (no other worker runs them again), until the
+    /// shutdown timeout has passed. A resend whose first try reached the
+    /// server finds its entries acknowledged and deletes nothing.
+    async fn settle(&self, conn: &mut QueueConnection, batch: &[Entry]) {
+        let keys = &self.queue.keys;
+        let mut invocation = self.success_script.prepare_invoke();
+        invocation
+            .key(&keys.pending)
+            .key(&keys.jobs)
+            .key(&keys.attempts)
+            .key(&keys.errors);
+        for e in batch {
+            // An entry naming no job (not echomq's, or its job removed) is
+            // acknowledged and deleted without the HDELs: "" is no job's id
+            // (`add` refuses an empty one), so a job added again with the id
+            // of a removed one keeps its payload.
+            invocation.arg(&e.entry).arg(e.id.as_deref().unwrap_or(""));
+        }
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match invocation.invoke_async::<i64>(conn).await {
+                Ok(_) => return,
+                Err(e) if transient(&e) && !self.abandon.load(Ordering::SeqCst) => {
+                    log(&format!(
+                        "acknowledging {} jobs failed, sending again: {e}",
+                        batch.len()
+                    ));
+                    tokio::time::sleep(backoff).await;
+                    backoff = next_backoff(backoff);
+                }
+                Err(e) => {
+                    log(&format!("acknowledging {} jobs failed: {e}", batch.len()));
+                    return;
+                }
             }
         }
     }
@@ -934,6 +1008,31 @@ impl Inner {
         }
         self.start(conn, entries, permit).await;
         Ok(())
+    }
+}
+
+/// The failure script's reply `[fired, held]`: a refused hold (`held` a
+/// string, the hold's error) is reported, the failure itself was written.
+/// -3 (written before: a resend) and -4 (the job was removed while it ran:
+/// no trace written) need nothing more.
+fn report_failure_reply(id: &str, reply: &Value) {
+    let Value::Array(parts) = reply else {
+        log(&format!(
+            "unexpected reply to the failure of {id}: {reply:?}"
+        ));
+        return;
+    };
+    match parts.get(1) {
+        Some(Value::Int(_)) => {}
+        Some(held) => match text(held) {
+            Some(refusal) => log(&format!(
+                "the failure of {id} was written, but its hold was refused: {refusal}"
+            )),
+            None => log(&format!("unexpected hold in the failure of {id}: {held:?}")),
+        },
+        None => log(&format!(
+            "unexpected reply to the failure of {id}: {reply:?}"
+        )),
     }
 }
 

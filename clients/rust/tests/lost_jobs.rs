@@ -57,6 +57,11 @@ async fn in_flight(conn: &mut QueueConnection, name: &str) -> i64 {
     }
 }
 
+/// Entries in the queue's stream (XLEN).
+async fn stream_len(conn: &mut QueueConnection, key: String) -> u64 {
+    redis::cmd("XLEN").arg(key).query_async(conn).await.unwrap()
+}
+
 /// `held-until-ms` of `ECHO.LIMITS` (0 when the field is absent or nil).
 async fn held_until(conn: &mut QueueConnection, name: &str) -> i64 {
     let limits: Value = redis::cmd("ECHO.LIMITS")
@@ -231,8 +236,9 @@ async fn a_refused_add_leaves_no_trace() {
 }
 
 // A failure whose retry the server refuses (a schedule key of the wrong
-// type) leaves the entry delivered and unacknowledged, to be taken over
-// after the lease, instead of acknowledging a job that is then in no key.
+// type) writes nothing (ECHO.RETRY is the failure script's first write) and
+// leaves the entry delivered and unacknowledged, to be taken over after the
+// lease, instead of acknowledging a job that is then in no key.
 // The same key makes ECHO.PROMOTE and ECHO.LIMITS fail in every read: the
 // entries the read delivered are still run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,12 +266,13 @@ async fn a_refused_retry_keeps_the_entry() {
         },
     );
     let (handle, task) = start_worker(worker);
-    let errors = format!("{{{name}}}:errors");
-    eventually("the failure to be written", LONG, || {
-        let (mut conn, errors, id) = (conn.clone(), errors.clone(), id.clone());
-        async move { conn.hexists::<_, _, bool>(errors, id).await.unwrap() }
+    eventually("the job to run", LONG, || {
+        let runs = runs.clone();
+        async move { *runs.lock().unwrap() == 1 }
     })
     .await;
+    // close waits for the running handler, whose slot is kept until its
+    // failure was sent.
     stop(handle, task).await;
     assert_eq!(*runs.lock().unwrap(), 1);
     assert_eq!(
@@ -275,6 +282,13 @@ async fn a_refused_retry_keeps_the_entry() {
     );
     let stored: Option<Vec<u8>> = conn.hget(format!("{{{name}}}:jobs"), &id).await.unwrap();
     assert_eq!(stored.as_deref(), Some(&b"fails"[..]));
+    for key in ["attempts", "errors"] {
+        let written: bool = conn
+            .hexists(format!("{{{name}}}:{key}"), &id)
+            .await
+            .unwrap();
+        assert!(!written, "a refused retry wrote {{q}}:{key}");
+    }
 }
 
 // RetryAfter(0) holds nothing, and so does not lift the hold another worker
@@ -662,4 +676,415 @@ async fn a_lifted_hold_is_seen() {
     .await;
     stop(handle, task).await;
     assert_eq!(*runs.lock().unwrap(), vec![id]);
+}
+
+// Issue 23, 1: a requeue the stream refuses (a `{q}:pending` of another
+// type, or a stream at its last possible ID) returns the error and keeps the
+// job in `{q}:dead` with its attempts and error: the script adds to pending
+// before it takes anything away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_requeue_keeps_the_job_dead() {
+    let server = Server::start();
+    let name = queue_name("requeue");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let key = |suffix: &str| format!("{{{name}}}:{suffix}");
+    // A dead job as a worker leaves it.
+    let _: () = conn.zadd(key("dead"), "gone", 1_000).await.unwrap();
+    let _: () = conn.hset(key("jobs"), "gone", "payload").await.unwrap();
+    let _: () = conn.hset(key("attempts"), "gone", 3).await.unwrap();
+    let _: () = conn.hset(key("errors"), "gone", "boom").await.unwrap();
+    let still_dead = |queue: Queue| async move {
+        let dead = queue.dead(0, 10).await.unwrap();
+        assert_eq!(dead.len(), 1, "the job left the dead set: {dead:?}");
+        assert_eq!(dead[0].id, "gone");
+        assert_eq!(dead[0].attempts, 3, "its attempts were lost");
+        assert_eq!(dead[0].error.as_deref(), Some("boom"), "its error was lost");
+        assert_eq!(dead[0].payload.as_deref(), Some(&b"payload"[..]));
+    };
+
+    // A pending of another type.
+    let _: () = conn.set(key("pending"), "not a stream").await.unwrap();
+    let err = queue.requeue("gone").await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    still_dead(queue.clone()).await;
+
+    // A stream out of IDs.
+    let _: () = conn.del(key("pending")).await.unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(key("pending"))
+        .arg("18446744073709551615-18446744073709551615")
+        .arg("job")
+        .arg("top")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(queue.requeue("gone").await.is_err());
+    still_dead(queue.clone()).await;
+
+    // Once pending is repaired the requeue goes through, and a second one
+    // finds nothing dead.
+    let _: () = conn.del(key("pending")).await.unwrap();
+    assert!(queue.requeue("gone").await.unwrap());
+    assert!(!queue.requeue("gone").await.unwrap());
+    let dead: u64 = conn.zcard(key("dead")).await.unwrap();
+    assert_eq!(dead, 0);
+    let pending: u64 = stream_len(&mut conn, key("pending")).await;
+    assert_eq!(pending, 1);
+    let attempts: bool = conn.hexists(key("attempts"), "gone").await.unwrap();
+    assert!(!attempts, "the requeued job kept its attempts");
+}
+
+/// A TCP proxy to `upstream` that loses one reply: once armed with a
+/// marker, the first request holding it is forwarded and the connection
+/// dropped before its reply (a NOSCRIPT reply does not count: the retry
+/// after SCRIPT LOAD is the one that runs). New connections then wait until
+/// `resume`; requests holding the marker answered after that are counted.
+struct ReplyDropper {
+    port: u16,
+    state: Arc<DropperState>,
+}
+
+struct DropperState {
+    marker: Mutex<Option<Vec<u8>>>,
+    armed: std::sync::atomic::AtomicBool,
+    dropped: tokio::sync::Notify,
+    paused: tokio::sync::watch::Sender<bool>,
+    answered: std::sync::atomic::AtomicUsize,
+}
+
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+impl ReplyDropper {
+    async fn start(upstream: u16) -> ReplyDropper {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(DropperState {
+            marker: Mutex::new(None),
+            armed: std::sync::atomic::AtomicBool::new(false),
+            dropped: tokio::sync::Notify::new(),
+            paused: tokio::sync::watch::channel(false).0,
+            answered: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let accepting = state.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let state = accepting.clone();
+                tokio::spawn(async move {
+                    let _ = state.paused.subscribe().wait_for(|p| !*p).await;
+                    if let Ok(server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    {
+                        relay(client, server, state).await;
+                    }
+                });
+            }
+        });
+        ReplyDropper { port, state }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn arm(&self, marker: &[u8]) {
+        *self.state.marker.lock().unwrap() = Some(marker.to_vec());
+        self.state.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn resume(&self) {
+        self.state.paused.send_replace(false);
+    }
+
+    fn answered(&self) -> usize {
+        self.state.answered.load(Ordering::SeqCst)
+    }
+}
+
+use std::sync::atomic::Ordering;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn relay(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    state: Arc<DropperState>,
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let marked = std::sync::atomic::AtomicBool::new(false);
+    let up = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let marker = state.marker.lock().unwrap().clone();
+            if marker.is_some_and(|m| holds(&buf[..n], &m)) {
+                marked.store(true, Ordering::SeqCst);
+            }
+            if server_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let down = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if marked.swap(false, Ordering::SeqCst) && !holds(&buf[..n], b"NOSCRIPT") {
+                if state.armed.swap(false, Ordering::SeqCst) {
+                    // The request reached the server; its reply is lost
+                    // with the connection, and no new one is let through
+                    // until the test resumes.
+                    state.paused.send_replace(true);
+                    state.dropped.notify_one();
+                    return;
+                }
+                state.answered.fetch_add(1, Ordering::SeqCst);
+            }
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+    }
+}
+
+// Issue 23, 2: a success batch reaches the server, its reply is lost with
+// the connection, the same id is added again (a done job's id is free), and
+// the worker resends the batch: the resend finds the entry acknowledged and
+// deletes nothing, so the new job keeps its payload and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_success_keeps_a_job_added_again() {
+    let server = Server::start();
+    let proxy = ReplyDropper::start(server.port).await;
+    let name = queue_name("resent");
+    let proxied = redis::Client::open(proxy.url()).unwrap();
+    let queue = Queue::new(proxied, &name).await.unwrap();
+    let observer_queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut observer = observer_queue.connection();
+    let jobs = format!("{{{name}}}:jobs");
+    queue.ensure_group().await.unwrap();
+    let ran = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    let record = ran.clone();
+    let worker = Worker::new(
+        queue.clone(),
+        move |job: Job| {
+            record.lock().unwrap().push(job.payload);
+            async { Ok(()) }
+        },
+        WorkerOptions {
+            lease_ms: 60_000,
+            ..WorkerOptions::default()
+        },
+    );
+    let (handle, task) = start_worker(worker);
+    let ran_payload = |payload: &'static [u8]| {
+        let ran = ran.clone();
+        move || {
+            let ran = ran.clone();
+            async move { ran.lock().unwrap().iter().any(|p| p == payload) }
+        }
+    };
+    let checker = observer.clone();
+    let no_payload = |id: &'static str| {
+        let (observer, jobs) = (checker.clone(), jobs.clone());
+        move || {
+            let (mut observer, jobs) = (observer.clone(), jobs.clone());
+            async move { !observer.hexists::<_, _, bool>(jobs, id).await.unwrap() }
+        }
+    };
+    // A first success, so that the scripts are loaded before the test.
+    observer_queue
+        .add(
+            b"warm",
+            AddOptions {
+                id: Some("warm".into()),
+                delay_ms: 0,
+            },
+        )
+        .await
+        .unwrap();
+    eventually("the first job to run", LONG, ran_payload(b"warm")).await;
+    eventually("the first job to be settled", LONG, no_payload("warm")).await;
+
+    // The next success's reply is lost (a success batch names {q}:errors).
+    proxy.arm(format!("{{{name}}}:errors").as_bytes());
+    let dropped = proxy.state.dropped.notified();
+    observer_queue
+        .add(
+            b"old",
+            AddOptions {
+                id: Some("same".into()),
+                delay_ms: 0,
+            },
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(LONG, dropped)
+        .await
+        .expect("the success's reply to be dropped");
+    eventually("the first try to be settled", LONG, || {
+        let (mut observer, name) = (observer.clone(), name.clone());
+        async move { in_flight(&mut observer, &name).await == 0 }
+    })
+    .await;
+    eventually("the old job's payload to go", LONG, no_payload("same")).await;
+    // The id is free again: a new job, delayed so that it waits in the
+    // schedule while the worker resends.
+    observer_queue
+        .add(
+            b"new",
+            AddOptions {
+                id: Some("same".into()),
+                delay_ms: 600_000,
+            },
+        )
+        .await
+        .unwrap();
+    proxy.resume();
+    eventually("the success to be sent again", LONG, || {
+        let answered = proxy.answered();
+        async move { answered >= 1 }
+    })
+    .await;
+    let stored: Option<Vec<u8>> = observer.hget(&jobs, "same").await.unwrap();
+    assert_eq!(
+        stored.as_deref(),
+        Some(&b"new"[..]),
+        "the resent success deleted the new job's payload"
+    );
+    // Due now: the new job runs.
+    let _: i64 = redis::cmd("ECHO.SCHEDULE")
+        .arg(format!("{{{name}}}:schedule"))
+        .arg("same")
+        .arg(0)
+        .query_async(&mut observer)
+        .await
+        .unwrap();
+    eventually("the new job to run", LONG, ran_payload(b"new")).await;
+    eventually("the new job to be settled", LONG, no_payload("same")).await;
+    stop(handle, task).await;
+    assert_eq!(ran.lock().unwrap().len(), 3);
+}
+
+// Issue 23, 3: with the hold table full (10,000 schedules held, the most the
+// module's table takes), a RetryAfter still writes its failure: the attempt
+// is counted, the retry scheduled and the entry acknowledged and deleted.
+// The refused hold is reported, not raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_with_a_full_hold_table_records_the_failure() {
+    let server = Server::start();
+    let name = queue_name("fullholds");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let mut pipe = redis::pipe();
+    for i in 0..10_000 {
+        pipe.cmd("ECHO.HOLD")
+            .arg(format!("{{other-{i}}}:schedule"))
+            .arg(60_000)
+            .ignore();
+    }
+    let _: () = pipe.query_async(&mut conn).await.unwrap();
+    let id = queue.add(b"busy", AddOptions::default()).await.unwrap();
+    let runs = Arc::new(Mutex::new(0));
+    let counter = runs.clone();
+    let worker = Worker::new(
+        queue.clone(),
+        move |_job: Job| {
+            *counter.lock().unwrap() += 1;
+            async { Err(JobError::RetryAfter(5_000)) }
+        },
+        WorkerOptions {
+            backoff: "fixed:600000".into(),
+            lease_ms: 60_000,
+            ..WorkerOptions::default()
+        },
+    );
+    let (handle, task) = start_worker(worker);
+    let attempts = format!("{{{name}}}:attempts");
+    eventually("the failure to be written", LONG, || {
+        let (mut conn, attempts, id) = (conn.clone(), attempts.clone(), id.clone());
+        async move { conn.hget::<_, _, Option<u64>>(attempts, id).await.unwrap() == Some(1) }
+    })
+    .await;
+    stop(handle, task).await;
+    assert_eq!(*runs.lock().unwrap(), 1);
+    let error: Option<String> = conn.hget(format!("{{{name}}}:errors"), &id).await.unwrap();
+    assert_eq!(error.as_deref(), Some("retry after 5000 ms"));
+    let retry: Option<f64> = conn
+        .zscore(format!("{{{name}}}:schedule"), &id)
+        .await
+        .unwrap();
+    assert!(retry.is_some(), "the retry was not scheduled");
+    assert_eq!(
+        in_flight(&mut conn, &name).await,
+        0,
+        "the entry is unacknowledged"
+    );
+    let entries: u64 = stream_len(&mut conn, format!("{{{name}}}:pending")).await;
+    assert_eq!(entries, 0, "the entry was not deleted");
+}
+
+// Issue 23, 4: a job removed while it runs, whose run then fails, leaves no
+// trace in any key of the queue: the failure script drops its entry and
+// writes nothing, so a later add of the id starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_during_a_run_leaves_no_trace() {
+    let server = Server::start();
+    let name = queue_name("removed");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let id = queue.add(b"doomed", AddOptions::default()).await.unwrap();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let removed = Arc::new(tokio::sync::Notify::new());
+    let (on_start, on_removed) = (started.clone(), removed.clone());
+    let worker = Worker::new(
+        queue.clone(),
+        move |_job: Job| {
+            let (on_start, on_removed) = (on_start.clone(), on_removed.clone());
+            async move {
+                on_start.notify_one();
+                on_removed.notified().await;
+                Err(JobError::msg("failed after its removal"))
+            }
+        },
+        WorkerOptions {
+            backoff: "fixed:600000".into(),
+            lease_ms: 60_000,
+            ..WorkerOptions::default()
+        },
+    );
+    let (handle, task) = start_worker(worker);
+    tokio::time::timeout(LONG, started.notified())
+        .await
+        .expect("the job to start");
+    assert!(queue.remove(&id).await.unwrap());
+    removed.notify_one();
+    eventually("the entry to be settled", LONG, || {
+        let (mut conn, name) = (conn.clone(), name.clone());
+        async move { in_flight(&mut conn, &name).await == 0 }
+    })
+    .await;
+    stop(handle, task).await;
+    let key = |suffix: &str| format!("{{{name}}}:{suffix}");
+    for hash in ["attempts", "errors", "jobs"] {
+        let kept: bool = conn.hexists(key(hash), &id).await.unwrap();
+        assert!(!kept, "{{q}}:{hash} holds the removed job");
+    }
+    for set in ["schedule", "dead"] {
+        let kept: Option<f64> = conn.zscore(key(set), &id).await.unwrap();
+        assert!(kept.is_none(), "{{q}}:{set} holds the removed job");
+    }
+    let entries: u64 = stream_len(&mut conn, key("pending")).await;
+    assert_eq!(entries, 0, "the entry was not deleted");
 }
