@@ -115,10 +115,115 @@ fn the_password_is_in_no_response_page_metric_or_output() {
         .expect("run echomq-web");
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let refusal = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(refusal.contains("alice:***@"), "{refusal}");
+    // A URL that does not parse is shown without its userinfo.
+    assert!(
+        refusal.contains("redis://***@127.0.0.1:notaport/"),
+        "{refusal}"
+    );
+    assert!(!refusal.contains("alice"), "{refusal}");
     for text in seen.iter().chain(&outputs).chain([&refusal]) {
         assert!(!text.contains(PASSWORD), "the password shown: {text}");
         assert!(!text.contains("wr0ngpw"), "the password shown: {text}");
+    }
+}
+
+/// Passwords that hold what ends an authority or a userinfo, each made of
+/// pieces found nowhere else (`Hk4`, `Lm8`, ...), so that any 4 characters of
+/// one in echomq-web's output can only have come from the password.
+fn hostile_passwords() -> Vec<String> {
+    let long: String = (0..40).map(|i| format!("Zq{i:02}x")).collect();
+    assert_eq!(long.len(), 200);
+    let mut all: Vec<String> = [
+        "Hk4#Lm8",
+        "Pq/Rs7Tu",
+        "Vw?Xy=9Ab",
+        "Cd@Ef@Gh",
+        "Ij%Kl%zzMn",
+        "Op Qr St",
+        "1234#5678",
+        "Uv:Wx#/?@ %Yz",
+        "Ba#Dc@Fe/Hg?Ji Lk%4",
+        "#Nm8/",
+        "Po@?#",
+    ]
+    .iter()
+    .map(|p| p.to_string())
+    .collect();
+    all.push(long.clone());
+    all.push(format!("#{long}/?@ %"));
+    all
+}
+
+/// What echomq-web wrote to stdout and stderr when started with `args` and
+/// `env`: its refusal if it stops, or what it wrote in its first 2 s if it
+/// starts (killed by pid then).
+fn output_of(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut child = Command::new(web_binary())
+        .args(["--listen", "127.0.0.1:0", "--queue", "q"])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start echomq-web");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let stdout = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let stderr = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > Duration::from_secs(2) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    let out = stdout.join().expect("stdout");
+    let err = stderr.join().expect("stderr");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&err)
+    )
+}
+
+#[test]
+fn hostile_passwords_are_in_no_output_line() {
+    let server = Server::start();
+    let port = server.port;
+    for password in hostile_passwords() {
+        let url = format!("redis://default:{password}@127.0.0.1:{port}/");
+        // What the output may hold of the password: what the rest of the URL
+        // holds too.
+        let rest = url.replacen(&password, "", 1);
+        let chars: Vec<char> = password.chars().collect();
+        for (how, text) in [
+            ("--url", output_of(&["--url", &url], &[])),
+            ("ECHOMQ_WEB_URL", output_of(&[], &[("ECHOMQ_WEB_URL", &url)])),
+        ] {
+            assert!(!text.is_empty(), "{how} {url}: no output at all");
+            assert!(
+                !text.contains(&password),
+                "{how} {url}: the password shown: {text}"
+            );
+            for piece in chars.windows(4) {
+                let piece: String = piece.iter().collect();
+                assert!(
+                    rest.contains(&piece) || !text.contains(&piece),
+                    "{how} {url}: '{piece}' of the password shown: {text}"
+                );
+            }
+        }
     }
 }
 

@@ -319,7 +319,13 @@ async fn main() {
     let client = match client(&cfg) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("echomq-web: {}: {}", redactor.shown(), redactor.scrub(&e));
+            // The URL may not have parsed: then what is user and what is
+            // password is a guess, and the whole userinfo is masked.
+            eprintln!(
+                "echomq-web: {}: {}",
+                redactor.without_userinfo(),
+                redactor.scrub(&e)
+            );
             std::process::exit(2);
         }
     };
