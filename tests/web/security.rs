@@ -115,10 +115,118 @@ fn the_password_is_in_no_response_page_metric_or_output() {
         .expect("run echomq-web");
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let refusal = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(refusal.contains("alice:***@"), "{refusal}");
+    // A URL that does not parse is shown without its userinfo.
+    assert!(
+        refusal.contains("redis://***@127.0.0.1:notaport/"),
+        "{refusal}"
+    );
+    assert!(!refusal.contains("alice"), "{refusal}");
     for text in seen.iter().chain(&outputs).chain([&refusal]) {
         assert!(!text.contains(PASSWORD), "the password shown: {text}");
         assert!(!text.contains("wr0ngpw"), "the password shown: {text}");
+    }
+}
+
+/// Passwords that hold what ends an authority or a userinfo, each made of
+/// pieces found nowhere else (`Hk4`, `Lm8`, ...), so that any 4 characters of
+/// one in echomq-web's output can only have come from the password.
+fn hostile_passwords() -> Vec<String> {
+    let long: String = (0..40).map(|i| format!("Zq{i:02}x")).collect();
+    assert_eq!(long.len(), 200);
+    let mut all: Vec<String> = [
+        "Hk4#Lm8",
+        "Pq/Rs7Tu",
+        "Vw?Xy=9Ab",
+        "Cd@Ef@Gh",
+        "Ij%Kl%zzMn",
+        "Op Qr St",
+        "1234#5678",
+        "Uv:Wx#/?@ %Yz",
+        "Ba#Dc@Fe/Hg?Ji Lk%4",
+        "#Nm8/",
+        "Po@?#",
+    ]
+    .iter()
+    .map(|p| p.to_string())
+    .collect();
+    all.push(long.clone());
+    all.push(format!("#{long}/?@ %"));
+    all
+}
+
+/// What echomq-web wrote to stdout and stderr when started with `args` and
+/// `env`: its refusal if it stops, or what it wrote in its first 2 s if it
+/// starts (killed by pid then).
+fn output_of(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut child = Command::new(web_binary())
+        .args(["--listen", "127.0.0.1:0", "--queue", "q"])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start echomq-web");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let stdout = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let stderr = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > Duration::from_secs(2) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    let out = stdout.join().expect("stdout");
+    let err = stderr.join().expect("stderr");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&err)
+    )
+}
+
+#[test]
+fn hostile_passwords_are_in_no_output_line() {
+    let server = Server::start();
+    let port = server.port;
+    for password in hostile_passwords() {
+        let url = format!("redis://default:{password}@127.0.0.1:{port}/");
+        // What the output may hold of the password: what the rest of the URL
+        // holds too.
+        let rest = url.replacen(&password, "", 1);
+        let chars: Vec<char> = password.chars().collect();
+        for (how, text) in [
+            ("--url", output_of(&["--url", &url], &[])),
+            (
+                "ECHOMQ_WEB_URL",
+                output_of(&[], &[("ECHOMQ_WEB_URL", &url)]),
+            ),
+        ] {
+            assert!(!text.is_empty(), "{how} {url}: no output at all");
+            assert!(
+                !text.contains(&password),
+                "{how} {url}: the password shown: {text}"
+            );
+            for piece in chars.windows(4) {
+                let piece: String = piece.iter().collect();
+                assert!(
+                    rest.contains(&piece) || !text.contains(&piece),
+                    "{how} {url}: '{piece}' of the password shown: {text}"
+                );
+            }
+        }
     }
 }
 
@@ -670,4 +778,127 @@ fn idle_connections_beyond_the_bound_wait_and_the_server_keeps_answering() {
     for s in &mut idle {
         assert_eq!(until_closed(s).as_deref(), Ok(""));
     }
+}
+
+/// A connection to echomq-web's HTTP port that asks for `/page.js` 300 times
+/// at once and reads none of it, with a receive buffer as small as the
+/// kernel allows: the server's writes stall after a few responses.
+fn slow_reader(web: &Web) -> TcpStream {
+    let addr: std::net::SocketAddr = web
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("address");
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(1024).expect("SO_RCVBUF");
+    socket.connect(&addr.into()).expect("connect");
+    let mut s: TcpStream = socket.into();
+    s.set_write_timeout(Some(Duration::from_secs(5)))
+        .expect("write timeout");
+    let pipeline = "GET /page.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(300);
+    // A server that closes it early (as it may) is no failure here.
+    let _ = s.write_all(pipeline.as_bytes());
+    s
+}
+
+/// GET /api/queues on a new connection: how long the answer took.
+fn timed_api(web: &Web) -> Duration {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let started = std::time::Instant::now();
+    let mut resp = agent
+        .get(format!("{}/api/queues", web.base))
+        .call()
+        .unwrap_or_else(|e| panic!("GET /api/queues with slow readers connected: {e}"));
+    let body = resp.body_mut().read_to_string().expect("body");
+    let took = started.elapsed();
+    assert_eq!(resp.status().as_u16(), 200, "{body}");
+    took
+}
+
+#[test]
+fn slow_readers_on_every_connection_slot_leave_room_for_a_fresh_client() {
+    let server = Server::start();
+    // The default bound: 256 connections.
+    let web = Web::start(&server.url(), &["--queue", "q"]);
+    assert_eq!(web.api().0, 200);
+    let slow: Vec<TcpStream> = (0..256).map(|_| slow_reader(&web)).collect();
+    // Long enough for every one to be accepted and its writes to stall.
+    sleep(Duration::from_secs(2));
+    for i in 0..3 {
+        let took = timed_api(&web);
+        eprintln!(
+            "fresh GET /api/queues {i} with {} slow readers connected: {took:?}",
+            slow.len()
+        );
+        assert!(
+            took < Duration::from_secs(1),
+            "a fresh client waited {took:?} behind {} slow readers",
+            slow.len()
+        );
+    }
+    drop(slow);
+}
+
+#[test]
+fn a_reader_that_stops_reading_is_closed_after_the_write_timeout() {
+    let server = Server::start();
+    let web = Web::start(
+        &server.url(),
+        &["--queue", "q", "--write-timeout-ms", "300"],
+    );
+    let (status, one) = web.get("/page.js");
+    assert_eq!(status, 200);
+    let mut s = slow_reader(&web);
+    sleep(Duration::from_secs(2));
+    // Closed after a few of the 300 responses: what was sent before the
+    // writes stalled, then the end.
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    let mut got = Vec::new();
+    let read = s.read_to_end(&mut got);
+    assert!(
+        read.is_ok()
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "not closed: {read:?} after {} bytes",
+        got.len()
+    );
+    assert!(
+        got.len() < 300 * one.len(),
+        "all {} bytes of 300 responses written to a reader that stopped reading",
+        got.len()
+    );
+}
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let server = Server::start();
+    let web = Web::start(
+        &server.url(),
+        &[
+            "--queue",
+            "q",
+            "--idle-timeout-ms",
+            "300",
+            "--header-timeout-ms",
+            "60000",
+        ],
+    );
+    let mut s = connect(&web);
+    s.write_all(b"GET /page.css HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("request");
+    let started = std::time::Instant::now();
+    let got = until_closed(&mut s).expect("an idle connection");
+    assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "idle for {took:?} with a 300 ms idle timeout"
+    );
 }

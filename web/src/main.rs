@@ -35,7 +35,7 @@ use redact::Redactor;
 
 const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR] \
 --queue NAME [--queue NAME ...] [--window-ms MS] [--buckets N] [--ca-file PATH] \
-[--header-timeout-ms MS] [--max-connections N]
+[--header-timeout-ms MS] [--idle-timeout-ms MS] [--write-timeout-ms MS] [--max-connections N]
 
   --url URL        the Valkey server (default redis://127.0.0.1:6379/), or the
                    environment variable ECHOMQ_WEB_URL. A password in --url is
@@ -55,9 +55,19 @@ const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR
                    a connection that has not sent a request's headers within MS
                    (from its start, or from the last response) is closed
                    (default 10000)
+  --idle-timeout-ms MS
+                   a connection whose client sends nothing for MS while none
+                   of its requests is running is closed (default 5000)
+  --write-timeout-ms MS
+                   a connection whose client does not take what a response
+                   queued within MS of the socket refusing more is closed
+                   (default 10000)
   --max-connections N
                    at most N HTTP connections open at once; more wait to be
-                   accepted (default 256)";
+                   accepted, and while one waits, the open connection that has
+                   waited longest (at least 250 ms) on its own client, idle or
+                   not reading its responses, is closed to make room
+                   (default 256)";
 
 /// The page waits this long for the server before it shows an error: a scrape
 /// is three round trips, so anything longer means the server is gone or stuck.
@@ -88,6 +98,8 @@ fn parse_args(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<C
         buckets: 60,
         limits: serve::Limits {
             header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(10),
             max_connections: 256,
         },
     };
@@ -128,15 +140,9 @@ fn parse_args(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<C
                     .filter(|n| (1..=10_000).contains(n))
                     .ok_or(format!("--buckets: '{v}' is not in 1..=10000"))?;
             }
-            "--header-timeout-ms" => {
-                let v = value()?;
-                let ms: u64 = v
-                    .parse()
-                    .ok()
-                    .filter(|ms| (1..=3_600_000).contains(ms))
-                    .ok_or(format!("--header-timeout-ms: '{v}' is not in 1..=3600000"))?;
-                cfg.limits.header_timeout = Duration::from_millis(ms);
-            }
+            "--header-timeout-ms" => cfg.limits.header_timeout = millis(flag, &value()?)?,
+            "--idle-timeout-ms" => cfg.limits.idle_timeout = millis(flag, &value()?)?,
+            "--write-timeout-ms" => cfg.limits.write_timeout = millis(flag, &value()?)?,
             "--max-connections" => {
                 let v = value()?;
                 cfg.limits.max_connections =
@@ -149,6 +155,15 @@ fn parse_args(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<C
         }
     }
     Ok(cfg)
+}
+
+/// A timeout flag's value: milliseconds in 1..=3600000.
+fn millis(flag: &str, v: &str) -> Result<Duration, String> {
+    v.parse()
+        .ok()
+        .filter(|ms| (1..=3_600_000).contains(ms))
+        .map(Duration::from_millis)
+        .ok_or(format!("{flag}: '{v}' is not in 1..=3600000"))
 }
 
 /// The client for `cfg.url`, with the CA file's certificates as the only
@@ -319,7 +334,13 @@ async fn main() {
     let client = match client(&cfg) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("echomq-web: {}: {}", redactor.shown(), redactor.scrub(&e));
+            // The URL may not have parsed: then what is user and what is
+            // password is a guess, and the whole userinfo is masked.
+            eprintln!(
+                "echomq-web: {}: {}",
+                redactor.without_userinfo(),
+                redactor.scrub(&e)
+            );
             std::process::exit(2);
         }
     };
@@ -396,6 +417,10 @@ mod tests {
                 "10",
                 "--header-timeout-ms",
                 "250",
+                "--idle-timeout-ms",
+                "150",
+                "--write-timeout-ms",
+                "350",
                 "--max-connections",
                 "8",
                 "--ca-file",
@@ -412,6 +437,8 @@ mod tests {
             cfg.limits,
             serve::Limits {
                 header_timeout: Duration::from_millis(250),
+                idle_timeout: Duration::from_millis(150),
+                write_timeout: Duration::from_millis(350),
                 max_connections: 8
             }
         );
@@ -421,6 +448,8 @@ mod tests {
         assert_eq!(d.url, "redis://127.0.0.1:6379/");
         assert_eq!(d.ca_file, None);
         assert_eq!(d.limits.header_timeout, Duration::from_secs(10));
+        assert_eq!(d.limits.idle_timeout, Duration::from_secs(5));
+        assert_eq!(d.limits.write_timeout, Duration::from_secs(10));
         assert_eq!(d.limits.max_connections, 256);
     }
 
@@ -451,6 +480,9 @@ mod tests {
             &["--window-ms", "x"],
             &["--bogus"],
             &["--header-timeout-ms", "0"],
+            &["--idle-timeout-ms", "0"],
+            &["--write-timeout-ms", "3600001"],
+            &["--write-timeout-ms"],
             &["--max-connections", "0"],
             &["--max-connections", "x"],
             &["--ca-file"],

@@ -13,13 +13,14 @@ pub const MASK: &str = "***";
 pub struct Redactor {
     url: String,
     shown: String,
+    hidden: String,
     /// Longest first, so a secret that contains another is masked whole.
     secrets: Vec<String>,
 }
 
 impl Redactor {
     pub fn new(url: &str) -> Redactor {
-        let (shown, raw) = redact_url(url);
+        let (shown, hidden, raw) = redact_url(url);
         let mut secrets: Vec<String> = Vec::new();
         for s in raw {
             for v in [percent_decode(&s), s] {
@@ -32,6 +33,7 @@ impl Redactor {
         Redactor {
             url: url.to_string(),
             shown,
+            hidden,
             secrets,
         }
     }
@@ -39,6 +41,13 @@ impl Redactor {
     /// The URL with its secrets masked.
     pub fn shown(&self) -> &str {
         &self.shown
+    }
+
+    /// The URL with its whole userinfo (the user too) masked: how a URL that
+    /// does not parse is shown, since what is user and what is password is
+    /// then only a guess.
+    pub fn without_userinfo(&self) -> &str {
+        &self.hidden
     }
 
     /// `text` with the URL replaced by its masked form and every secret by
@@ -56,58 +65,82 @@ impl Redactor {
 }
 
 /// `url` with the password of its userinfo and the values of its `pass` and
-/// `password` query parameters masked, and those secrets as written.
+/// `password` query parameters masked, the same with the whole userinfo
+/// masked, and the secrets as written.
+///
 /// Works on any text, parsed or not: a URL the client refuses is still shown
-/// masked in the refusal.
-fn redact_url(url: &str) -> (String, Vec<String>) {
+/// masked in the refusal. A password may hold any character, also those that
+/// end an authority (`/`, `?`, `#`) or a userinfo (`@`), so the userinfo is
+/// everything after `scheme://` up to the *last* `@`, wherever that `@` is,
+/// and its password all of it after the first `:`. An `@` in the path or the
+/// query of a URL with a `:` before it makes more masked than needed (the
+/// host shown may be a piece of the query), never less. The reading of a
+/// parser (the authority ends at the first `/`, `?` or `#`) is taken too,
+/// and the secrets of both are masked.
+fn redact_url(url: &str) -> (String, String, Vec<String>) {
     let mut secrets = Vec::new();
     let (scheme, rest) = match url.find("://") {
         Some(i) => url.split_at(i + 3),
         None => ("", url),
     };
-    // The authority ends at the first `/`, `?` or `#`; its userinfo at the
-    // last `@` in it (a password may hold an unencoded `@`).
+    // A parser's reading: the authority ends at the first `/`, `?` or `#`.
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
-    let authority = match authority.rfind('@') {
-        Some(at) => {
-            let (userinfo, host) = authority.split_at(at);
-            match userinfo.split_once(':') {
-                Some((user, password)) => {
-                    secrets.push(password.to_string());
-                    format!("{user}:{MASK}{host}")
-                }
-                None => authority.to_string(),
-            }
+    if let Some(at) = authority.rfind('@') {
+        if let Some((_, password)) = authority[..at].split_once(':') {
+            secrets.push(password.to_string());
         }
-        None => authority.to_string(),
+    }
+    let (tail, found) = mask_query(tail);
+    secrets.extend(found);
+    let Some(at) = rest.rfind('@') else {
+        let shown = format!("{scheme}{authority}{tail}");
+        return (shown.clone(), shown, secrets);
     };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let (query, fragment) = match query.split_once('#') {
-                Some((q, f)) => (q, Some(f)),
-                None => (query, None),
-            };
-            let pairs: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((k, v)) if k == "pass" || k == "password" => {
-                        secrets.push(v.to_string());
-                        format!("{k}={MASK}")
-                    }
-                    _ => pair.to_string(),
-                })
-                .collect();
-            let mut t = format!("{path}?{}", pairs.join("&"));
-            if let Some(f) = fragment {
-                t.push('#');
-                t.push_str(f);
-            }
-            t
+    // The userinfo ends at the last `@`, whatever comes before it.
+    let (userinfo, host) = rest.split_at(at);
+    let (host, found) = mask_query(host);
+    secrets.extend(found);
+    let hidden = format!("{scheme}{MASK}{host}");
+    let shown = match userinfo.split_once(':') {
+        Some((user, password)) => {
+            secrets.push(password.to_string());
+            format!("{scheme}{user}:{MASK}{host}")
         }
-        None => tail.to_string(),
+        // No password in the userinfo, so none of the `@`s (if the last
+        // one is in the path or the query) hides one.
+        None => format!("{scheme}{authority}{tail}"),
     };
-    (format!("{scheme}{authority}{tail}"), secrets)
+    (shown, hidden, secrets)
+}
+
+/// `tail` (from the end of the authority on) with the values of its `pass`
+/// and `password` query parameters masked, and those values.
+fn mask_query(tail: &str) -> (String, Vec<String>) {
+    let Some((path, query)) = tail.split_once('?') else {
+        return (tail.to_string(), Vec::new());
+    };
+    let mut secrets = Vec::new();
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if k == "pass" || k == "password" => {
+                secrets.push(v.to_string());
+                format!("{k}={MASK}")
+            }
+            _ => pair.to_string(),
+        })
+        .collect();
+    let mut t = format!("{path}?{}", pairs.join("&"));
+    if let Some(f) = fragment {
+        t.push('#');
+        t.push_str(f);
+    }
+    (t, secrets)
 }
 
 /// `%XX` escapes decoded (as the client decodes a password); `+` kept.
@@ -173,6 +206,118 @@ mod tests {
         let r = Redactor::new("alice:pw@host");
         assert_eq!(r.shown(), "alice:***@host");
         assert!(!r.scrub("bad url alice:pw@host").contains("pw"));
+    }
+
+    /// Passwords that hold what ends an authority or a userinfo: the URL
+    /// shown, the URL shown without its userinfo, and the password in
+    /// neither (nor any 4-character piece of it that the rest of the URL
+    /// does not hold).
+    #[test]
+    fn hostile_passwords_table() {
+        let table: &[(&str, &str, &str, &str)] = &[
+            // (url, password, shown, without userinfo)
+            (
+                "redis://default:Hk4#Lm8@127.0.0.1:6379/",
+                "Hk4#Lm8",
+                "redis://default:***@127.0.0.1:6379/",
+                "redis://***@127.0.0.1:6379/",
+            ),
+            (
+                "redis://default:Pq/Rs7@127.0.0.1:6379/2",
+                "Pq/Rs7",
+                "redis://default:***@127.0.0.1:6379/2",
+                "redis://***@127.0.0.1:6379/2",
+            ),
+            (
+                "redis://u:Tv?Wx=9@h:1/",
+                "Tv?Wx=9",
+                "redis://u:***@h:1/",
+                "redis://***@h:1/",
+            ),
+            (
+                "rediss://u:Ab@Cd@Ef@h:1/",
+                "Ab@Cd@Ef",
+                "rediss://u:***@h:1/",
+                "rediss://***@h:1/",
+            ),
+            (
+                "redis://u:Gh%zz 5 Jk@h:1/",
+                "Gh%zz 5 Jk",
+                "redis://u:***@h:1/",
+                "redis://***@h:1/",
+            ),
+            (
+                "redis://u:1234#5678@h:1/",
+                "1234#5678",
+                "redis://u:***@h:1/",
+                "redis://***@h:1/",
+            ),
+            (
+                "redis://u:No:Pe#/?@Qr@h:1/?db=1",
+                "No:Pe#/?@Qr",
+                "redis://u:***@h:1/?db=1",
+                "redis://***@h:1/?db=1",
+            ),
+            // A parser would take `Zy` as the password and `Xw#V@u` as a
+            // fragment: both masked.
+            (
+                "redis://u:Zy@Xw#V@h:1/",
+                "Zy@Xw#V",
+                "redis://u:***@h:1/",
+                "redis://***@h:1/",
+            ),
+            // No scheme at all.
+            ("u:St#Uv@h", "St#Uv", "u:***@h", "***@h"),
+            // With a query password as well.
+            (
+                "redis://u:Ij#Kl@h:1/?pass=Mn0p",
+                "Ij#Kl",
+                "redis://u:***@h:1/?pass=***",
+                "redis://***@h:1/?pass=***",
+            ),
+        ];
+        let long: String = (0..40).map(|i| format!("Zq{i:02}x")).collect();
+        let long = format!("#{long}/?@ %");
+        let long_url = format!("redis://default:{long}@127.0.0.1:6379/");
+        let mut rows: Vec<(String, String, String, String)> = table
+            .iter()
+            .map(|(u, p, s, h)| (u.to_string(), p.to_string(), s.to_string(), h.to_string()))
+            .collect();
+        rows.push((
+            long_url,
+            long,
+            "redis://default:***@127.0.0.1:6379/".into(),
+            "redis://***@127.0.0.1:6379/".into(),
+        ));
+        for (url, password, shown, hidden) in rows {
+            let r = Redactor::new(&url);
+            assert_eq!(r.shown(), shown, "{url}");
+            assert_eq!(r.without_userinfo(), hidden, "{url}");
+            let rest = url.replacen(&password, "", 1);
+            let error = r.scrub(&format!("{url}: refused ({password}, {})", url.len()));
+            let chars: Vec<char> = password.chars().collect();
+            for text in [r.shown(), r.without_userinfo(), &error] {
+                for piece in chars.windows(4) {
+                    let piece: String = piece.iter().collect();
+                    assert!(
+                        rest.contains(&piece) || !text.contains(&piece),
+                        "{url}: '{piece}' of the password in {text}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_at_sign_after_the_host_hides_no_password() {
+        // No `:` before the last `@`: nothing is a password, the query's is masked.
+        let r = Redactor::new("redis+unix:///run/v@1.sock?pass=a@b");
+        assert_eq!(r.shown(), "redis+unix:///run/v@1.sock?pass=***");
+        assert_eq!(r.scrub("AUTH a@b"), "AUTH ***");
+        // A `:` before it: more is masked than needed, never less.
+        let r = Redactor::new("redis://u:pw@h:1/?pass=a@b");
+        assert_eq!(r.shown(), "redis://u:***@b");
+        assert_eq!(r.scrub("pw and a@b"), "*** and ***");
     }
 
     #[test]
