@@ -576,7 +576,11 @@ fn every_library_runs_the_scripts_the_protocol_shows() {
         .skip(1)
         .map(|rest| code_lines(rest.split("```").next().expect("a closed block")))
         .collect();
-    assert_eq!(scripts.len(), 2, "the add and the failure scripts");
+    assert_eq!(
+        scripts.len(),
+        6,
+        "the add, success, failure, hand-back, requeue and purge scripts"
+    );
     let libraries = [
         (
             "Python",
