@@ -1111,11 +1111,12 @@ fn a_stream_queue_is_promoted_by_its_owner_and_resharded_under_workers_without_l
 /// primary that does not own the slot answers MOVED to the owner, and so does
 /// the owner's replica (in a cluster a replica redirects writes, also after
 /// READONLY, which admits only reads); the cluster client follows the
-/// redirect, and the hold lives on the owner only: ECHO.LIMITS shows it
-/// there, while the replica (reading with READONLY) and the other primaries
-/// know of none, for the same schedule name or any other.
+/// redirect, and the hold is a key in the schedule's slot on the owner,
+/// replicated: ECHO.LIMITS shows it there and on the replica (reading with
+/// READONLY), so a failover keeps it. A name whose hold key could not share
+/// its slot is refused.
 #[test]
-fn echo_hold_is_routed_to_the_slot_owner_and_held_there_only() {
+fn echo_hold_is_routed_to_the_slot_owner_and_replicated() {
     let cluster = Cluster::start();
     let schedule = "{hold}:schedule";
     let slot = cluster.keyslot(schedule);
@@ -1148,15 +1149,21 @@ fn echo_hold_is_routed_to_the_slot_owner_and_held_there_only() {
     assert_eq!(on_owner.get("held-until-ms"), Some(&until), "{on_owner:?}");
     let via_client: Vec<Value> = q!(&mut client, "ECHO.LIMITS", schedule);
     assert_eq!(limits_from(&via_client).get("held-until-ms"), Some(&until));
-    // Not replicated: the replica, reading its slot, knows of no hold.
+    // Replicated: the replica, reading its slot, holds the same hold key.
+    let _: i64 = q!(&mut cluster.conn(owner), "WAIT", 1, 10_000);
     let on_replica_limits = limits_of(&mut on_replica, schedule);
     assert_eq!(
         on_replica_limits.get("held-until-ms"),
-        Some(&0),
+        Some(&until),
         "{on_replica_limits:?}"
     );
-    let keys: i64 = q!(&mut cluster.conn(owner), "DBSIZE");
-    assert_eq!(keys, 0, "ECHO.HOLD wrote a key");
+    let keys: Vec<String> = q!(&mut cluster.conn(owner), "KEYS", "*");
+    assert_eq!(keys, vec![format!("{schedule}:echomq-hold")]);
+    let e = err!(&mut client, "ECHO.HOLD", "no}tag", 60_000);
+    assert_eq!(
+        e,
+        "ERR a schedule held in a cluster needs a {hash tag} when its name holds a '}'"
+    );
     // The hold stops a release on the owner: a due member stays.
     let mut on_owner_con = cluster.conn(owner);
     let _ = retry(&mut on_owner_con, schedule, "job-1", "fixed:0", 1);
