@@ -33,7 +33,7 @@ setup: ## Install what building and testing need (CI=true: the optional tools to
 # setup.sh installs depends on CI and the ECHOMQ_WITH_* switches, so each
 # combination has its own stamp: one made without CI=true does not skip the CI
 # install. `make setup` runs it again regardless.
-SETUP_SWITCHES := $(foreach t,REDIS NODE BROWSER PROMTOOL OPENSSL PYTHON,$(if $(ECHOMQ_WITH_$(t)),-$(t)$(ECHOMQ_WITH_$(t))))
+SETUP_SWITCHES := $(foreach t,REDIS NODE BROWSER PROMTOOL OPENSSL PYTHON VALKEY_MATRIX,$(if $(ECHOMQ_WITH_$(t)),-$(t)$(ECHOMQ_WITH_$(t))))
 space := $() $()
 SETUP_STAMP := target/.setup-stamp$(if $(filter true,$(CI)),-ci)$(subst $(space),,$(SETUP_SWITCHES))
 $(SETUP_STAMP): scripts/setup.sh
