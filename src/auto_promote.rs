@@ -304,7 +304,9 @@ fn serve(
         // Read once per callback: a slot can start migrating between two.
         let own = own_slots
             .get_or_insert_with(|| cluster::stable_own_slots(&context::cluster_nodes(ctx)));
-        if !own.contains(slot) {
+        // An atomic migration's target holds the keys before the slot is its
+        // own: it never acts on a slot it is importing.
+        if !own.contains(slot) || cluster::importing(slot) {
             return Ok(None);
         }
     }
