@@ -32,7 +32,7 @@ use crate::promotion::{self, Moved, TimeLimit};
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::OwnedName;
 use crate::server::timer::{self, OnTimer, TimerId};
-use crate::server::{clock, context, log};
+use crate::server::{clock, context, events, log};
 use crate::{release, stats};
 
 pub const DEFAULT_INTERVAL_MS: i64 = 10;
@@ -102,6 +102,7 @@ pub fn register(ctx: &Context) -> Result<(), String> {
         state.tick_full = false;
         state.tick_work = Duration::ZERO;
     }
+    events::on_shutdown::<Disarm>(ctx)?;
     config::register_string::<Pairs, Rearm>(ctx, c"auto-promote", c"")?;
     config::register_numeric::<IntervalMs, Rearm>(
         ctx,
@@ -122,6 +123,18 @@ pub fn register(ctx: &Context) -> Result<(), String> {
 /// Arms the timer if a pair is configured.
 pub fn start(ctx: &Context) {
     rearm(ctx);
+}
+
+/// At shutdown the timer is disarmed: the server exits anyway, and Valkey 9
+/// then unloads the module cleanly instead of logging that it holds a timer.
+struct Disarm;
+
+impl events::OnShutdown for Disarm {
+    fn shutdown(ctx: &Context) {
+        if let Some(id) = state().timer.take() {
+            timer::stop(ctx, id);
+        }
+    }
 }
 
 /// `echomq.auto-promote`.

@@ -55,6 +55,40 @@ extern "C" fn config_changed<H: OnConfigChange>(
     H::changed(&Context::new(ctx), &names);
 }
 
+/// Told once when the server shuts down, after its last save and before it
+/// unloads the modules (Valkey 9 unloads them all at shutdown, and refuses,
+/// with a warning in the log, a module that holds a timer).
+pub trait OnShutdown {
+    fn shutdown(ctx: &Context);
+}
+
+/// Subscribes `H` to the shutdown event.
+pub fn on_shutdown<H: OnShutdown>(ctx: &Context) -> Result<(), String> {
+    let event = RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_SHUTDOWN,
+        dataver: 1,
+    };
+    // SAFETY: checked at load; a live context and a callback with the
+    // server's signature.
+    let status = unsafe {
+        api!(RedisModule_SubscribeToServerEvent)(ctx.ctx, event, Some(shutting_down::<H>))
+    };
+    if status == raw::REDISMODULE_OK as i32 {
+        Ok(())
+    } else {
+        Err("the server refused the shutdown event".into())
+    }
+}
+
+extern "C" fn shutting_down<H: OnShutdown>(
+    ctx: *mut RedisModuleCtx,
+    _event: RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    H::shutdown(&Context::new(ctx));
+}
+
 /// One field of the server's own `INFO section`, read through the module
 /// API (no command call, no reply to parse); `None` when it has no such field.
 pub fn server_info_field(ctx: &Context, section: &CStr, field: &CStr) -> Option<String> {
