@@ -54,9 +54,12 @@ if [ ! -f "$src_list" ]; then
     echo "deb-src $mirror testing main"
     echo "deb-src $mirror unstable main"
   } > "$src_list"
-  apt-get update -q
-elif ! apt-cache showsrc valkey 2>/dev/null | grep -q '^Version: [0-9]*:*9\.'; then
-  apt-get update -q
+  apt-get update -q >&2
+else
+  # A list made before (an earlier run, another clone): update only when apt
+  # knows no 9.x source yet. (Read whole: grep -q would cut the pipe short.)
+  known=$(apt-cache showsrc valkey 2>/dev/null || true)
+  grep -Eq '^Version: ([0-9]+:)?9\.' <<<"$known" || apt-get update -q >&2
 fi
 
 # Building needs a compiler and make; unpacking a source package, dpkg-source.
@@ -66,14 +69,14 @@ command -v gcc >/dev/null 2>&1 || tools+=(gcc)
 command -v make >/dev/null 2>&1 || tools+=(make)
 command -v pkg-config >/dev/null 2>&1 || tools+=(pkg-config)
 command -v dpkg-source >/dev/null 2>&1 || tools+=(dpkg-dev)
-[ ${#tools[@]} -eq 0 ] || apt-get install "${apt_opts[@]}" --no-install-recommends "${tools[@]}"
+[ ${#tools[@]} -eq 0 ] || apt-get install "${apt_opts[@]}" --no-install-recommends "${tools[@]}" >&2
 
 # Debian version -> upstream version: no epoch, no revision, no +dfsg tag.
 upstream() { local v=${1#*:}; v=${v%-*}; echo "${v%%+*}"; }
 
 mkdir -p "$cache/src"
 for want in "${series[@]}"; do
-  debver=$(apt-cache showsrc valkey 2>/dev/null | sed -n 's/^Version: //p' \
+  debver=$(apt-cache showsrc valkey 2>/dev/null | sed -n 's/^Version: //p' | sort -u \
            | awk -v s="$want" '{ v = $0; sub(/^[0-9]+:/, "", v) } index(v, s ".") == 1' \
            | sort -V | tail -n 1 || true)
   if [ -z "$debver" ]; then
