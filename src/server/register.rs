@@ -93,10 +93,12 @@ pub fn reply(ctx: &Context, result: RedisResult) -> c_int {
 
 /// Valkey 9's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`: without it
 /// the server refuses every `CLUSTER MIGRATESLOTS` while the module is loaded.
-/// Bit 5 is unassigned on Valkey 8.0 (its next free option bit is 1 << 4) and
-/// 8.1 (1 << 5 is its next free bit), and on Redis 7.0; so it is declared only
-/// where the server is known to have it (`versions::handles_atomic_slot_migration`).
-pub const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+/// Bit 5 is unassigned elsewhere: Valkey 8.0's header ends its options at
+/// 1 << 3 (next free 1 << 4), 8.1's at 1 << 4 (`SKIP_COMMAND_VALIDATION`, next
+/// free 1 << 5), the SDK's Redis 7 header at 1 << 3. The servers store the bits
+/// unread, but a later Redis may give bit 5 a meaning of its own, so it is set
+/// only where the server is known to have it (`Server::handles_atomic_slot_migration`).
+const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 
 /// Sets the module's options, once at load: handlers signal modified keys
 /// themselves, and only keys they changed (a promote that moves nothing must
