@@ -524,7 +524,7 @@ pub fn echomq_loaded(con: &mut Connection) -> bool {
 
 /// One event of `LATENCY LATEST`, read by position of the fields every
 /// version has: `[name, time, latest ms, max ms]` on Valkey 8 and Redis 7,
-/// with two more (sum, count) on Valkey 9.
+/// with two more (sum, count) on Valkey 8.1 and 9.
 #[derive(Debug)]
 pub struct LatencyLatest {
     pub time: i64,
