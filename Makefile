@@ -5,7 +5,7 @@ CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 MODULE := target/release/libechomq.so
 .DEFAULT_GOAL := help
 
-.PHONY: help setup build run web test lint fmt bench demo clean
+.PHONY: help setup build run web test test-matrix lint fmt bench demo clean
 
 # Prints each target's `## description` (on its rule line) and each setting's
 # (a `## ` line right above its `?=` line, with the default).
@@ -33,7 +33,7 @@ setup: ## Install what building and testing need (CI=true: the optional tools to
 # setup.sh installs depends on CI and the ECHOMQ_WITH_* switches, so each
 # combination has its own stamp: one made without CI=true does not skip the CI
 # install. `make setup` runs it again regardless.
-SETUP_SWITCHES := $(foreach t,REDIS NODE BROWSER PROMTOOL OPENSSL PYTHON,$(if $(ECHOMQ_WITH_$(t)),-$(t)$(ECHOMQ_WITH_$(t))))
+SETUP_SWITCHES := $(foreach t,REDIS NODE BROWSER PROMTOOL OPENSSL PYTHON VALKEY_MATRIX,$(if $(ECHOMQ_WITH_$(t)),-$(t)$(ECHOMQ_WITH_$(t))))
 space := $() $()
 SETUP_STAMP := target/.setup-stamp$(if $(filter true,$(CI)),-ci)$(subst $(space),,$(SETUP_SWITCHES))
 $(SETUP_STAMP): scripts/setup.sh
@@ -82,6 +82,28 @@ test: build ## Run every test against real servers (and Redis 7 when installed)
 	else \
 	  echo "== Redis compatibility: SKIPPED (redis-server not installed: apt-get install redis-server)"; \
 	fi
+
+# The module suites once per Valkey version: the packaged valkey-server (8.0
+# on Debian 12) first, then each version scripts/valkey-matrix.sh cached (8.1
+# and the newest 9.x; `ECHOMQ_WITH_VALKEY_MATRIX=1 make setup` builds them;
+# CI does not run this yet). Prints each version and how long its run took; runs them
+# all, then fails if any failed.
+## the suites make test-matrix runs on each version
+MATRIX_SUITES ?= $(REDIS_SUITES) --test cluster --test observability
+test-matrix: build ## Run the module suites on every cached Valkey version, with timings
+	@servers="$$(command -v valkey-server || true) $$(bash scripts/valkey-matrix.sh --list | awk '{ print $$2 }')"; \
+	failed=""; summary=""; \
+	for server in $$servers; do \
+	  version=$$($$server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p'); \
+	  cli=$$(dirname $$server)/valkey-cli; [ -x "$$cli" ] || cli=valkey-cli; \
+	  echo "== Valkey $$version: $$server"; \
+	  started=$$(date +%s); \
+	  if ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli $(CARGO) test --release $(MATRIX_SUITES); then result=passed; \
+	  else result=FAILED; failed="$$failed $$version"; fi; \
+	  summary="$$summary$$(printf '\n  Valkey %-8s %-6s in %ss' $$version $$result $$(( $$(date +%s) - started )))"; \
+	done; \
+	echo "== test-matrix:$$summary"; \
+	[ -z "$$failed" ] || { echo "test-matrix: failed on$$failed"; exit 1; }
 
 # Side-by-side throughput, server time and memory against native commands and
 # Lua; prints one table (see BENCHMARKS.md). Starts its own server.

@@ -13,6 +13,9 @@
 #   ECHOMQ_WITH_PYTHON=1   python3 with venv and pip (the Python client library's
 #                          tests and the Python worker; their packages go to a
 #                          venv under target/)
+#   ECHOMQ_WITH_VALKEY_MATRIX=1  Valkey 8.1 and the newest 9.x from Debian's source
+#                          packages, built once per machine and cached
+#                          (scripts/valkey-matrix.sh; `make test-matrix` runs on them)
 # Without them those tests say SKIPPED and why; in CI they fail instead.
 # On Debian 12 Valkey comes from bookworm-backports; on newer Debian/Ubuntu from the main suite.
 set -euo pipefail
@@ -34,6 +37,19 @@ fi
 [ "${CI:-}" = true ] && ECHOMQ_WITH_PROMTOOL=${ECHOMQ_WITH_PROMTOOL:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_OPENSSL=${ECHOMQ_WITH_OPENSSL:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_PYTHON=${ECHOMQ_WITH_PYTHON:-1}
+# The matrix is asked for by hand: CI does not run make test-matrix yet, and
+# would only pay the two builds.
+# The matrix's servers come last, whatever else was missing: building them
+# takes minutes the first time on a machine, nothing after.
+finish() {
+  if [ "${ECHOMQ_WITH_VALKEY_MATRIX:-0}" = 1 ]; then
+    bash "$(dirname "$0")/valkey-matrix.sh" || {
+      [ "${CI:-}" = true ] && exit 1
+      echo "note: no Valkey matrix here; make test-matrix runs on the versions it finds" >&2
+    }
+  fi
+  exit 0
+}
 optional=()
 if [ "${ECHOMQ_WITH_OPENSSL:-0}" = 1 ] && ! command -v openssl >/dev/null 2>&1; then
   optional+=(openssl)
@@ -59,12 +75,12 @@ if [ "${ECHOMQ_WITH_PROMTOOL:-0}" = 1 ] && [ -z "${ECHOMQ_PROMTOOL:-}" ] \
    && ! command -v promtool >/dev/null 2>&1; then
   optional+=(prometheus)
 fi
-[ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
+[ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && finish
 can_install=1
 [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || can_install=0
 if [ ${#need[@]} -eq 0 ] && [ $can_install = 0 ]; then
   echo "note: cannot install ${optional[*]} here; the tests that need them will say SKIPPED" >&2
-  exit 0
+  finish
 fi
 need+=("${optional[@]}")
 # de-duplicate
@@ -108,3 +124,4 @@ done
 [ ${#prom_pkgs[@]} -eq 0 ] || apt-get install "${apt_opts[@]}" --no-install-recommends "${prom_pkgs[@]}"
 # The packaged service cannot start without systemd (containers); nothing here relies on it.
 command -v valkey-server >/dev/null 2>&1 || explain
+finish

@@ -32,7 +32,7 @@ use crate::promotion::{self, Moved, TimeLimit};
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::OwnedName;
 use crate::server::timer::{self, OnTimer, TimerId};
-use crate::server::{clock, context, log};
+use crate::server::{clock, context, events, log};
 use crate::{release, stats};
 
 pub const DEFAULT_INTERVAL_MS: i64 = 10;
@@ -112,6 +112,7 @@ pub fn reset() {
 /// every config's value.
 pub fn register(ctx: &Context) -> Result<(), String> {
     reset();
+    events::on_shutdown::<Disarm>(ctx)?;
     config::register_string::<Pairs, Rearm>(ctx, c"auto-promote", c"")?;
     config::register_numeric::<IntervalMs, Rearm>(
         ctx,
@@ -132,6 +133,18 @@ pub fn register(ctx: &Context) -> Result<(), String> {
 /// Arms the timer if a pair is configured.
 pub fn start(ctx: &Context) {
     rearm(ctx);
+}
+
+/// At shutdown the timer is disarmed: the server exits anyway, and Valkey 9
+/// then unloads the module cleanly instead of logging that it holds a timer.
+struct Disarm;
+
+impl events::OnShutdown for Disarm {
+    fn shutdown(ctx: &Context) {
+        if let Some(id) = state().timer.take() {
+            timer::stop(ctx, id);
+        }
+    }
 }
 
 /// `echomq.auto-promote`.
@@ -340,7 +353,9 @@ fn serve(
         // Read once per callback: a slot can start migrating between two.
         let own = own_slots
             .get_or_insert_with(|| cluster::stable_own_slots(&context::cluster_nodes(ctx)));
-        if !own.contains(slot) {
+        // An atomic migration's target holds the keys before the slot is its
+        // own: it never acts on a slot it is importing.
+        if !own.contains(slot) || cluster::importing(slot) {
             return Ok(None);
         }
     }

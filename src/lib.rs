@@ -16,6 +16,7 @@ mod promotion;
 mod release;
 mod server;
 mod stats;
+mod versions;
 
 use commands::{delay, hold, limits as limits_command, promote, queues, retry, spread};
 use redis_module::commands::KeySpecFlags as K;
@@ -75,7 +76,26 @@ fn load(ctx: &Context) -> Result<(), String> {
     if let Some(name) = server::missing_api() {
         return Err(format!("this server lacks {name}, which echomq needs"));
     }
-    register::no_implicit_signal_modified(ctx);
+    // Atomic slot migration where the server has it (Valkey 9+): declared,
+    // and its event followed so the timer never acts on a slot it imports.
+    let server = versions::detect(ctx);
+    let atomic_slot_migration = server.handles_atomic_slot_migration();
+    register::set_module_options(ctx, atomic_slot_migration);
+    cluster::reset_importing();
+    if atomic_slot_migration {
+        server::events::on_slot_migration::<cluster::MigrationWatch>(ctx)?;
+    }
+    log::notice(
+        ctx,
+        &format!(
+            "echomq: loaded into {server}; atomic slot migration {}",
+            if atomic_slot_migration {
+                "handled"
+            } else {
+                "not available on this server"
+            }
+        ),
+    );
     stats::reset();
     info::register::<stats::Info>(ctx)?;
     register::register(ctx, COMMANDS)?;

@@ -805,6 +805,103 @@ fn resharding_a_queue_while_the_timer_runs_keeps_every_job_once() {
     assert_eq!(left_on_a, 0);
 }
 
+/// The major version of a Valkey node (0 for another server).
+fn valkey_major(con: &mut Connection) -> u32 {
+    try_info_field(con, "server", "valkey_version")
+        .ok()
+        .and_then(|v| v.split('.').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`) of a live queue,
+/// there and back, while the timer promotes: every node with the module
+/// declares `handle-atomic-slot-migration`, each migration succeeds, and
+/// every job reaches pending exactly once, in fire-time order. The target
+/// loads the keys before it owns the slot and must not promote them (a
+/// promotion there would duplicate what the source's stream brings).
+#[test]
+fn an_atomic_slot_migration_moves_a_live_queue_there_and_back() {
+    let cluster = Cluster::start();
+    let mut first = cluster.conn(0);
+    let major = valkey_major(&mut first);
+    if major < 9 {
+        eprintln!(
+            "SKIPPED: CLUSTER MIGRATESLOTS is Valkey 9's; this server is {}",
+            info_field(&mut first, "server", "server_name")
+        );
+        return;
+    }
+    for i in 0..cluster.nodes.len() {
+        let modules: String = q!(&mut cluster.conn(i), "INFO", "modules");
+        let line = modules
+            .lines()
+            .find(|l| l.starts_with("module:name=echomq,"))
+            .unwrap_or_else(|| panic!("no echomq in INFO modules: {modules}"));
+        assert!(line.contains("handle-atomic-slot-migration"), "{line}");
+    }
+    let (schedule, pending) = ("{atomic}:schedule", "{atomic}:pending");
+    let slot = cluster.keyslot(schedule);
+    let a = cluster.owner(slot);
+    let b = *cluster.primaries().iter().find(|&&i| i != a).unwrap();
+    let mut on_a = cluster.conn(a);
+    configure_everywhere(&cluster, &format!("{schedule} {pending}"));
+
+    // 800 jobs, one due every 10 ms from now: about 8 s of steady work, so
+    // both migrations happen while jobs fall due.
+    let jobs = schedule_spread(&mut on_a, schedule, "job", 800, 0, 10);
+    wait_until("A promotes", Duration::from_secs(10), || {
+        let len: i64 = q!(&mut on_a, "LLEN", pending);
+        (len >= 20).then_some(()).ok_or(format!("{len} pending"))
+    });
+
+    let mut moves = Vec::new();
+    for (from, to) in [(a, b), (b, a)] {
+        let started = Instant::now();
+        let reply: String = q!(
+            &mut cluster.conn(from),
+            "CLUSTER",
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            slot,
+            slot,
+            "NODE",
+            cluster.id(to)
+        );
+        assert_eq!(reply, "OK");
+        wait_until("the slot moved", Duration::from_secs(60), || {
+            cluster.check_stable()?;
+            (cluster.owner(slot) == to)
+                .then_some(())
+                .ok_or("not yet".to_string())
+        });
+        moves.push(started.elapsed());
+        // The target's timer takes over: it promotes from its next tick.
+        let before = echomq_stat(&mut cluster.conn(to), "echomq_auto_promoted");
+        let mut on_to = cluster.conn(to);
+        wait_until("the new owner promotes", Duration::from_secs(30), || {
+            let card: i64 = q!(&mut on_to, "ZCARD", schedule);
+            let now = echomq_stat(&mut on_to, "echomq_auto_promoted");
+            (card == 0 || now > before)
+                .then_some(())
+                .ok_or(format!("{card} left, none promoted"))
+        });
+    }
+    eprintln!("MIGRATESLOTS there and back took {moves:?}");
+
+    wait_until("every job promoted", Duration::from_secs(30), || {
+        let card: i64 = q!(&mut on_a, "ZCARD", schedule);
+        (card == 0).then_some(()).ok_or(format!("{card} left"))
+    });
+    let got: Vec<String> = q!(&mut on_a, "LRANGE", pending, 0, -1);
+    let unique: BTreeSet<&String> = got.iter().collect();
+    assert_eq!(unique.len(), got.len(), "duplicated");
+    assert_eq!(got.len(), jobs.len(), "lost");
+    let oldest_first: Vec<String> = got.iter().rev().cloned().collect();
+    assert_eq!(oldest_first, jobs, "first due, first out across both moves");
+    let left_on_b: i64 = q!(&mut cluster.conn(b), "CLUSTER", "COUNTKEYSINSLOT", slot);
+    assert_eq!(left_on_b, 0);
+}
+
 /// One examples/worker process (stream layout) on one node: a plain
 /// connection, not a cluster client, so it serves only the node's own slots.
 /// Killed by pid and reaped on drop.

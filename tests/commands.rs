@@ -21,8 +21,7 @@ fn module_loads_from_valkey_conf_and_declares_its_keys() {
     options.cwd = Some(root.into());
     let server = Server::start_with(options);
     let mut con = server.conn();
-    let modules: Value = q!(&mut con, "MODULE", "LIST");
-    assert!(format!("{modules:?}").contains("echomq"), "{modules:?}");
+    assert!(echomq_loaded(&mut con), "{:?}", module_names(&mut con));
 
     let retry = ["ECHO.RETRY", "sched", "job", "fixed:1", "1"];
     let keys: Vec<String> = q!(&mut con, "COMMAND", "GETKEYS", &retry);

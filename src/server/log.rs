@@ -21,6 +21,11 @@ pub fn warning(ctx: &Context, line: &str) {
     write(ctx, c"warning", line);
 }
 
+/// Writes one `notice` line (the server's default log level shows it).
+pub fn notice(ctx: &Context, line: &str) {
+    write(ctx, c"notice", line);
+}
+
 fn write(ctx: &Context, level: &std::ffi::CStr, line: &str) {
     // The escaped line holds no NUL byte, so the conversion cannot fail; were
     // it to, the line is dropped rather than the server.

@@ -91,16 +91,27 @@ pub fn reply(ctx: &Context, result: RedisResult) -> c_int {
     ctx.reply(result) as c_int
 }
 
-/// Handlers signal modified keys themselves, and only keys they changed: a
-/// promote that moves nothing must not fail a WATCH.
-pub fn no_implicit_signal_modified(ctx: &Context) {
-    // SAFETY: checked at load; a live context at load.
-    unsafe {
-        api!(RedisModule_SetModuleOptions)(
-            ctx.ctx,
-            raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int,
-        )
-    };
+/// Valkey 9's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`: without it
+/// the server refuses every `CLUSTER MIGRATESLOTS` while the module is loaded.
+/// Bit 5 is unassigned elsewhere: Valkey 8.0's header ends its options at
+/// 1 << 3 (next free 1 << 4), 8.1's at 1 << 4 (`SKIP_COMMAND_VALIDATION`, next
+/// free 1 << 5), the SDK's Redis 7 header at 1 << 3. The servers store the bits
+/// unread, but a later Redis may give bit 5 a meaning of its own, so it is set
+/// only where the server is known to have it (`Server::handles_atomic_slot_migration`).
+const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// Sets the module's options, once at load: handlers signal modified keys
+/// themselves, and only keys they changed (a promote that moves nothing must
+/// not fail a WATCH); and, where `atomic_slot_migration`, the module handles
+/// keys arriving through an atomic slot migration before the slot is ours.
+pub fn set_module_options(ctx: &Context, atomic_slot_migration: bool) {
+    let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int;
+    if atomic_slot_migration {
+        options |= HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
+    // SAFETY: checked at load; a live context at load. The server stores the
+    // bits as given (every version here), so one call sets them all.
+    unsafe { api!(RedisModule_SetModuleOptions)(ctx.ctx, options) };
 }
 
 static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {

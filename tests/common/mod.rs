@@ -486,6 +486,66 @@ pub fn is_valkey(con: &mut Connection) -> bool {
     info_field(con, "server", "server_name") == "valkey"
 }
 
+/// The names of the loaded modules (`MODULE LIST`). Valkey 9 lists its Lua
+/// engine (`lua`) as a module too, so a test asks whether echomq is there,
+/// never whether the list is empty.
+pub fn module_names(con: &mut Connection) -> Vec<String> {
+    let modules: Vec<Value> = run(con, redis::cmd("MODULE").arg("LIST"));
+    modules
+        .into_iter()
+        .filter_map(|module| {
+            // Each entry is a name/value list (RESP2) or a map (RESP3).
+            let fields: Vec<(String, Value)> = match module {
+                Value::Map(pairs) => pairs
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((String::from_redis_value(k).ok()?, v)))
+                    .collect(),
+                Value::Array(items) => items
+                    .chunks(2)
+                    .filter_map(|pair| match pair {
+                        [k, v] => Some((String::from_redis_value(k.clone()).ok()?, v.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => return None,
+            };
+            fields
+                .into_iter()
+                .find(|(k, _)| k == "name")
+                .and_then(|(_, v)| String::from_redis_value(v).ok())
+        })
+        .collect()
+}
+
+/// Whether `MODULE LIST` names echomq.
+pub fn echomq_loaded(con: &mut Connection) -> bool {
+    module_names(con).iter().any(|name| name == "echomq")
+}
+
+/// One event of `LATENCY LATEST`, read by position of the fields every
+/// version has: `[name, time, latest ms, max ms]` on Valkey 8 and Redis 7,
+/// with two more (sum, count) on Valkey 8.1 and 9.
+#[derive(Debug)]
+pub struct LatencyLatest {
+    pub time: i64,
+    pub latest_ms: i64,
+    pub max_ms: i64,
+}
+
+/// `event`'s line of `LATENCY LATEST`, if the monitor has one.
+pub fn latency_latest(con: &mut Connection, event: &str) -> Option<LatencyLatest> {
+    let latest: Vec<Vec<Value>> = run(con, redis::cmd("LATENCY").arg("LATEST"));
+    latest.into_iter().find_map(|fields| {
+        let name = String::from_redis_value(fields.first()?.clone()).ok()?;
+        let number = |i: usize| i64::from_redis_value(fields.get(i)?.clone()).ok();
+        (name == event).then_some(LatencyLatest {
+            time: number(1)?,
+            latest_ms: number(2)?,
+            max_ms: number(3)?,
+        })
+    })
+}
+
 /// Keyspace events seen while `work` runs, with `prefix` cut from key names.
 pub fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection)) -> Vec<String> {
     let mut con = server.conn();
