@@ -1247,12 +1247,17 @@ fn echo_hold_is_routed_to_the_slot_owner_and_replicated() {
     let via_client: Vec<Value> = q!(&mut client, "ECHO.LIMITS", schedule);
     assert_eq!(limits_from(&via_client).get("held-until-ms"), Some(&until));
     // Replicated: the replica, reading its slot, holds the same hold key.
-    let _: i64 = q!(&mut cluster.conn(owner), "WAIT", 1, 10_000);
-    let on_replica_limits = limits_of(&mut on_replica, schedule);
-    assert_eq!(
-        on_replica_limits.get("held-until-ms"),
-        Some(&until),
-        "{on_replica_limits:?}"
+    // (WAIT would not do: it waits for the writes of its own connection.)
+    wait_until(
+        "the replica holds the hold",
+        Duration::from_secs(30),
+        || {
+            let on_replica_limits = limits_of(&mut on_replica, schedule);
+            match on_replica_limits.get("held-until-ms") {
+                Some(&held) if held == until => Ok(()),
+                _ => Err(format!("{on_replica_limits:?}")),
+            }
+        },
     );
     let keys: Vec<String> = q!(&mut cluster.conn(owner), "KEYS", "*");
     assert_eq!(keys, vec![format!("{schedule}:echomq-hold")]);
