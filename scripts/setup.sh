@@ -15,7 +15,8 @@
 #                          venv under target/)
 #   ECHOMQ_WITH_VALKEY_MATRIX=1  Valkey 8.1 and the newest 9.x from Debian's source
 #                          packages, built once per machine and cached
-#                          (scripts/valkey-matrix.sh; `make test-matrix` runs on them)
+#                          (scripts/valkey-matrix.sh; `make test-matrix` runs on them,
+#                          and CI runs it after `make test`)
 # Without them those tests say SKIPPED and why; in CI they fail instead.
 # On Debian 12 Valkey comes from bookworm-backports; on newer Debian/Ubuntu from the main suite.
 set -euo pipefail
@@ -37,8 +38,7 @@ fi
 [ "${CI:-}" = true ] && ECHOMQ_WITH_PROMTOOL=${ECHOMQ_WITH_PROMTOOL:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_OPENSSL=${ECHOMQ_WITH_OPENSSL:-1}
 [ "${CI:-}" = true ] && ECHOMQ_WITH_PYTHON=${ECHOMQ_WITH_PYTHON:-1}
-# The matrix is asked for by hand: CI does not run make test-matrix yet, and
-# would only pay the two builds.
+[ "${CI:-}" = true ] && ECHOMQ_WITH_VALKEY_MATRIX=${ECHOMQ_WITH_VALKEY_MATRIX:-1}
 # The matrix's servers come last, whatever else was missing: building them
 # takes minutes the first time on a machine, nothing after.
 finish() {
