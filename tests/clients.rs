@@ -614,3 +614,116 @@ fn every_library_runs_the_scripts_the_protocol_shows() {
         }
     }
 }
+
+/// A worker of each library through a restart of its server: the server
+/// shuts down cleanly mid-run (every worker's connections close) and comes
+/// back on the same port, replaying its AOF slowly enough that the workers
+/// are refused with `LOADING` for a while. Each worker goes on by itself and
+/// runs jobs after the restart; every job is done, none dead, nothing left
+/// behind; a job runs twice only if it was in flight at the shutdown (at
+/// most the workers' total concurrency).
+#[test]
+fn each_library_goes_on_through_a_restart_and_loading() {
+    let test = "each_library_goes_on_through_a_restart_and_loading";
+    let Some(()) = or_skip(test, python().map(|_| ())) else {
+        return;
+    };
+    let Some(()) = or_skip(test, node_ready()) else {
+        return;
+    };
+    rust_crossworker();
+    // Every write reaches the AOF before its reply, so the restart loses
+    // nothing; the replay of each command waits 150 µs (key-load-delay),
+    // a second or more of LOADING for this queue's AOF, with clients
+    // answered every 1,024 bytes read.
+    let durable = common::Options::aof_replay();
+    let mut server = Server::start_with(durable.clone());
+    let (url, mut con) = (server.url(), server.conn());
+    let queue = "x-restart";
+    const JOBS: usize = 2_000;
+    const CONCURRENCY: usize = 4;
+    let workers: Vec<(Lang, String, Worker)> = [Python, Node, Rust]
+        .into_iter()
+        .map(|lang| {
+            let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
+            let args = [
+                "--url",
+                &url,
+                "--queue",
+                queue,
+                "--done",
+                &done,
+                "--concurrency",
+                &CONCURRENCY.to_string(),
+                "--sleep-ms",
+                "5",
+                "--lease-ms",
+                "2000",
+                "--max-attempts",
+                "50",
+                "--backoff",
+                "fixed:50",
+            ];
+            let w = Worker::start(lang, &args);
+            (lang, done, w)
+        })
+        .collect();
+    let ids = added_from(Rust, &url, queue, JOBS, "r-");
+    assert_eq!(ids.len(), JOBS);
+    let total_done = |con: &mut Connection| -> usize {
+        workers
+            .iter()
+            .map(|(_, done, _)| run::<usize>(con, cmd("HLEN").arg(done)))
+            .sum()
+    };
+    wait_until("a fifth of the jobs done", Duration::from_secs(60), || {
+        let n = total_done(&mut con);
+        (n >= JOBS / 5).then_some(()).ok_or(format!("{n} done"))
+    });
+    let before: Vec<usize> = workers
+        .iter()
+        .map(|(_, done, _)| run::<usize>(&mut con, cmd("HLEN").arg(done)))
+        .collect();
+    let saw_loading = server.restart(
+        durable
+            .arg("key-load-delay", "150")
+            .arg("loading-process-events-interval-bytes", "1024"),
+    );
+    assert!(saw_loading, "the restarted server was never seen LOADING");
+    let mut con = server.conn();
+    let left = JOBS - before.iter().sum::<usize>().min(JOBS);
+    println!("restart with {left} of {JOBS} jobs not yet done");
+    assert!(left > 0, "the queue was done before the restart");
+    wait_until("every job done", Duration::from_secs(120), || {
+        let n = total_done(&mut con);
+        (n >= JOBS).then_some(()).ok_or(format!("{n} done"))
+    });
+
+    let mut seen: BTreeMap<String, i64> = BTreeMap::new();
+    for ((lang, done, worker), before) in workers.into_iter().zip(before) {
+        worker.stop();
+        let counts = done_counts(&mut con, &done);
+        assert!(
+            counts.len() > before,
+            "the {lang:?} worker ran nothing after the restart ({before} before)"
+        );
+        for (id, n) in counts {
+            *seen.entry(id).or_default() += n;
+        }
+    }
+    let want: BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(
+        seen.keys().collect::<BTreeSet<_>>(),
+        want,
+        "the jobs done are the jobs added"
+    );
+    let twice: Vec<_> = seen.iter().filter(|(_, &n)| n > 1).collect();
+    println!("run twice: {twice:?}");
+    assert!(
+        twice.len() <= 3 * CONCURRENCY && twice.iter().all(|(_, &n)| n == 2),
+        "more reruns than jobs in flight at the restart: {twice:?}"
+    );
+    let dead: i64 = run(&mut con, cmd("ZCARD").arg(format!("{{{queue}}}:dead")));
+    assert_eq!(dead, 0);
+    assert_queue_empty(&mut con, queue);
+}

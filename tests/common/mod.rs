@@ -116,6 +116,42 @@ impl Options {
     }
 }
 
+/// Starts `options.binary` on `port` in `dir`, its log `server-<port>.log`
+/// there.
+fn spawn(options: &Options, dir: &Path, port: u16) -> Child {
+    let log = dir.join(format!("server-{port}.log"));
+    let mut cmd = Command::new(&options.binary);
+    if let Some(config) = &options.config {
+        cmd.arg(config);
+    }
+    if let Some(cwd) = &options.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.arg("--port")
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--enable-debug-command", "yes"])
+        .args(["--daemonize", "no"])
+        .arg("--logfile")
+        .arg(&log);
+    // `dir` changes the working directory before modules load, which
+    // would break a config's relative `loadmodule` path.
+    if options.config.is_none() {
+        cmd.arg("--dir").arg(dir);
+    }
+    if options.load_module {
+        cmd.arg("--loadmodule").arg(module_path());
+    }
+    cmd.args(&options.args);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", options.binary))
+}
+
 /// A running server, killed and reaped on drop.
 pub struct Server {
     pub port: u16,
@@ -143,51 +179,44 @@ impl Server {
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_port();
-            let log = dir.join(format!("server-{port}.log"));
-            let mut cmd = Command::new(&options.binary);
-            if let Some(config) = &options.config {
-                cmd.arg(config);
-            }
-            if let Some(cwd) = &options.cwd {
-                cmd.current_dir(cwd);
-            }
-            cmd.arg("--port")
-                .arg(port.to_string())
-                .args(["--bind", "127.0.0.1"])
-                .args(["--save", ""])
-                .args(["--appendonly", "no"])
-                .args(["--enable-debug-command", "yes"])
-                .args(["--daemonize", "no"])
-                .arg("--logfile")
-                .arg(&log);
-            // `dir` changes the working directory before modules load, which
-            // would break a config's relative `loadmodule` path.
-            if options.config.is_none() {
-                cmd.arg("--dir").arg(dir);
-            }
-            if options.load_module {
-                cmd.arg("--loadmodule").arg(module_path());
-            }
-            cmd.args(&options.args);
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let child = cmd
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", options.binary));
             let mut server = Server {
                 port,
-                child: Some(child),
+                child: Some(spawn(&options, dir, port)),
                 dir: dir.to_path_buf(),
                 _own_dir: None,
             };
             if server.wait_ready(Duration::from_secs(20)) {
                 return server;
             }
-            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+            last_log = server.log();
             server.stop();
         }
         panic!("server did not start; last log:\n{last_log}");
+    }
+
+    /// Shuts the server down cleanly and starts it again with `options` on
+    /// the same port and directory, so its clients see their connections
+    /// close and then, while it reloads its files, `LOADING`. Returns once it
+    /// answers PING; whether a PING sent during the reload was refused with
+    /// `LOADING`.
+    pub fn restart(&mut self, options: Options) -> bool {
+        self.shutdown();
+        self.child = Some(spawn(&options, &self.dir, self.port));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut saw_loading = false;
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("the restarted server exited {status}:\n{}", self.log());
+            }
+            if let Ok(mut con) = self.try_conn() {
+                match redis::cmd("PING").query::<String>(&mut con) {
+                    Ok(_) => return saw_loading,
+                    Err(e) => saw_loading |= e.code() == Some("LOADING"),
+                }
+            }
+            sleep(Duration::from_millis(10));
+        }
+        panic!("the restarted server did not answer:\n{}", self.log());
     }
 
     fn wait_ready(&mut self, within: Duration) -> bool {

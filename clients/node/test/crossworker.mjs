@@ -27,6 +27,9 @@ function write(line) {
 async function work(values, connection, queue) {
   const sleepMs = int(values, "sleep-ms", 0);
   const side = connection.duplicate(); // the handler's own writes
+  // A restart of the server resets every connection; ioredis reconnects
+  // them, and without a listener would print each reset as unhandled.
+  side.on("error", () => {});
   const worker = new Worker(queue, async (job) => {
     if (values.started) await side.rpush(values.started, job.id);
     // A job that kills whatever runs it: this process dies as under SIGKILL.
@@ -103,6 +106,7 @@ async function main() {
   });
   if (!["work", "add", "dead"].includes(command) || !values.url || !values.queue) throw new Error(USAGE);
   const connection = new Redis(values.url);
+  connection.on("error", () => {}); // reconnected by ioredis (see work)
   const queue = new Queue(connection, values.queue);
   try {
     if (command === "work") await work(values, connection, queue);
