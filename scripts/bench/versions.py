@@ -2,7 +2,8 @@
 on several servers (and module builds) in one run.
 
 `--servers BIN,BIN,...` (default: ECHOMQ_SERVER or valkey-server) and
-`--modules SO,SO,...` (default: ECHOMQ_MODULE or target/release/libechomq.so):
+`--modules SO,SO,...` (default: ECHOMQ_MODULE or target/release/libechomq.so;
+relative paths are the repository root's):
 one server is started per (server, module) pair, each with its own temp dir
 on a free 127.0.0.1 port, all up at once, and stopped by pid at the end
 (also on error or SIGTERM). Rounds alternate the targets (order rotating);
@@ -277,12 +278,20 @@ RATIOS = [
 ]
 
 
+def from_root(path):
+    """A relative path (with a slash) is the repository root's: bench.sh runs
+    this from scripts/."""
+    if "/" in path and not os.path.isabs(path):
+        return os.path.normpath(os.path.join(SCRIPTS, "..", path))
+    return path
+
+
 def run(bench):
-    servers = [s for s in (bench.servers or "").split(",") if s] or [
+    servers = [from_root(s) for s in (bench.servers or "").split(",") if s] or [
         os.environ.get("ECHOMQ_SERVER", "valkey-server")]
     default_module = os.environ.get("ECHOMQ_MODULE") or os.path.join(
         SCRIPTS, "..", "target", "release", "libechomq.so")
-    modules = [m for m in (bench.modules or "").split(",") if m] or [default_module]
+    modules = [from_root(m) for m in (bench.modules or "").split(",") if m] or [default_module]
     rounds = 3 if bench.quick else 3 * bench.rounds
     targets = []
     try:
