@@ -5,6 +5,8 @@
 # also on error or Ctrl-C.
 #
 # Environment: ECHOMQ_MODULE (default target/release/libechomq.so),
+# ECHOMQ_SERVER (the server binary, default valkey-server; the versions
+# section starts its own servers, one per --servers binary and --modules build),
 # ECHOMQ_WORKER (default target/release/examples/worker, built if stale),
 # BENCH_ARGS (extra arguments of python3 -m bench, e.g. "--quick", "--rounds 7"
 # or "--only retry_options,spread": scripts/bench/__main__.py lists the sections;
@@ -16,7 +18,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 module=${ECHOMQ_MODULE:-$root/target/release/libechomq.so}
 [ -f "$module" ] || { echo "bench: $module not found; run cargo build --release" >&2; exit 1; }
-for tool in valkey-server valkey-cli valkey-benchmark python3; do
+export ECHOMQ_MODULE=$module
+server_bin=${ECHOMQ_SERVER:-valkey-server}
+for tool in "$server_bin" valkey-cli valkey-benchmark python3; do
   command -v "$tool" >/dev/null || { echo "bench: $tool not found (make setup)" >&2; exit 1; }
 done
 
@@ -54,7 +58,7 @@ trap 'exit 143' TERM
 # process takes it before the server binds.
 start_server() {
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-  valkey-server --bind 127.0.0.1 --port "$port" --dir "$tmp" \
+  "$server_bin" --bind 127.0.0.1 --port "$port" --dir "$tmp" \
     --save "" --appendonly no --daemonize no \
     --logfile "$tmp/valkey.log" --enable-debug-command local \
     --loadmodule "$module" &
@@ -89,7 +93,7 @@ echo "# echomq benchmark"
 echo
 echo "command:  bash scripts/bench.sh ${BENCH_ARGS:-}   (make bench)"
 echo "machine:  $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "server:   $(valkey-server --version)"
+echo "server:   $("$server_bin" --version)"
 echo "          pid $server_pid on 127.0.0.1:$port, --save \"\" --appendonly no, module $module"
 echo "client:   $(valkey-benchmark --version 2>/dev/null || echo valkey-benchmark), $(python3 --version)"
 start=$(date +%s)

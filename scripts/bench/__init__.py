@@ -10,6 +10,8 @@ Python 3 standard library only. Usage, from scripts/ (or with scripts/ on
 PYTHONPATH):
   python3 -m bench --port PORT [--rounds N] [--quick] [--only SECTION,...]
   python3 -m bench --port PORT --workload NAME --seconds S   (for profiling)
+  python3 -m bench --port PORT --only versions --servers BIN,... [--modules SO,...]
+    (starts its own servers, one per binary and module build, interleaved)
 
 client.py is the RESP client, harness.py what the sections share and the
 table, one module per section (its name is the --only name), workloads.py

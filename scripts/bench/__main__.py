@@ -5,7 +5,7 @@ import signal
 import sys
 
 from . import (auto_promote, clients, future_members, herd, latency, memory, promote_stream,
-               promotion, retry_options, spread, throughput, web_scrape, worker_layouts)
+               promotion, retry_options, spread, throughput, versions, web_scrape, worker_layouts)
 from . import limits
 from .harness import DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
@@ -14,7 +14,8 @@ from .workloads import workload
 SECTIONS = [("throughput", throughput), ("retry_options", retry_options),
             ("promotion", promotion), ("future_members", future_members), ("latency", latency),
             ("spread", spread), ("memory", memory), ("auto_promote", auto_promote),
-            ("promote_stream", promote_stream), ("worker_layouts", worker_layouts),
+            ("promote_stream", promote_stream), ("versions", versions),
+            ("worker_layouts", worker_layouts),
             ("web_scrape", web_scrape)]
 SECTIONS.append(("limits", limits))  # the release limit's own cost
 SECTIONS.append(("clients", clients))  # BullMQ's worker against the client libraries' (needs node)
@@ -46,6 +47,13 @@ def main():
                     help="herd: echomq.adaptive-window-ms during the run")
     ap.add_argument("--adaptive-failure-percent", type=int, default=10,
                     help="herd: echomq.adaptive-failure-percent during the run")
+    ap.add_argument("--servers", default="",
+                    help="versions: comma-separated server binaries, interleaved in one run "
+                    "(default ECHOMQ_SERVER or valkey-server); the section runs in a full run "
+                    "only when this is given")
+    ap.add_argument("--modules", default="",
+                    help="versions: comma-separated module builds, each on every server "
+                    "(default ECHOMQ_MODULE or target/release/libechomq.so)")
     ap.add_argument("--workload")
     ap.add_argument("--seconds", type=float, default=10)
     a = ap.parse_args()
@@ -55,11 +63,14 @@ def main():
     b = Bench(a.port, a.rounds, a.quick, a.worker, a.web)
     b.herd_jobs, b.herd_workers, b.herd_only = a.herd_jobs, a.herd_workers, a.herd_strategies
     b.herd_json = a.herd_json
+    b.servers, b.modules = a.servers, a.modules
     b.adaptive_window_ms = a.adaptive_window_ms
     b.adaptive_failure_percent = a.adaptive_failure_percent
     sections = [(name, module.run) for name, module in SECTIONS]
     if a.only:
         sections = [s for s in sections if s[0] in a.only.split(",")]
+    elif not a.servers:  # versions repeats the other sections on one server: asked for only
+        sections = [s for s in sections if s[0] != "versions"]
     elapsed = run_sections(b, sections)
     report(b, elapsed)
 

@@ -407,25 +407,33 @@ impl<'a> Key<'a> {
         for _ in &appended.ids {
             self.notify(raw::REDISMODULE_NOTIFY_STREAM, c"xadd");
         }
-        for (id, &member) in appended.ids.iter().zip(&members.ptrs) {
-            // On the stack: a heap string per entry was a tenth of a promote of 1000.
-            let mut buffer = [0u8; STREAM_ID_MAX_LEN];
-            let text = id.write_to(&mut buffer);
-            // SAFETY: "sbcs": a string, a buffer as pointer and length, a C
-            // string and a string, all live for the call, which copies them.
+        // The field as one string for all entries ("s": the server takes a
+        // reference), not "c", which made a new string object and measured
+        // its C string for each of them.
+        // SAFETY: a static 3-byte string; freed below, after its last use.
+        let field = unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, c"job".as_ptr(), 3) };
+        // On the stack: a heap string per entry was a tenth of a promote of 1000.
+        let mut ids = IdPrinter::new();
+        for (&id, &member) in appended.ids.iter().zip(&members.ptrs) {
+            let text = ids.print(id);
+            // SAFETY: "sbss": a string, a buffer as pointer and length, and
+            // two strings, all live for the call, which copies the buffer and
+            // takes references to the strings.
             unsafe {
                 api!(RedisModule_Replicate)(
                     self.ctx.ctx,
                     c"XADD".as_ptr(),
-                    c"sbcs".as_ptr(),
+                    c"sbss".as_ptr(),
                     self.name.0,
                     text.as_ptr(),
                     text.len(),
-                    c"job".as_ptr(),
+                    field,
                     member,
                 )
             };
         }
+        // SAFETY: created above; the replicated commands hold their own references.
+        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, field) };
     }
 
     /// The integer a string key holds: `None` when the key is missing, of
@@ -557,28 +565,55 @@ struct StreamId {
 /// `<ms>-<seq>` is at most 20 digits, a dash and 20 digits.
 const STREAM_ID_MAX_LEN: usize = 41;
 
-impl StreamId {
-    /// Writes `<ms>-<seq>` into `buffer` and gives the bytes written.
-    fn write_to(self, buffer: &mut [u8; STREAM_ID_MAX_LEN]) -> &[u8] {
-        // Backwards from the end, seq first. Two u64s take at most 20 digits
-        // each, so with the dash `at` never goes below 0.
-        let mut at = STREAM_ID_MAX_LEN;
-        for (part, mut n) in [self.seq, self.ms].into_iter().enumerate() {
-            if part == 1 {
-                at -= 1;
-                buffer[at] = b'-';
-            }
-            loop {
-                at -= 1;
-                buffer[at] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
+/// Prints stream IDs as `<ms>-<seq>` into one stack buffer, keeping the
+/// `<ms>-` part while the ms stays the same: the entries of one promotion
+/// mostly share it, so only the sequence number is printed for each.
+struct IdPrinter {
+    buffer: [u8; STREAM_ID_MAX_LEN],
+    /// The ms whose digits and dash start the buffer, and their length.
+    ms: Option<u64>,
+    prefix: usize,
+}
+
+impl IdPrinter {
+    fn new() -> IdPrinter {
+        IdPrinter {
+            buffer: [0; STREAM_ID_MAX_LEN],
+            ms: None,
+            prefix: 0,
         }
-        &buffer[at..]
     }
+
+    /// The bytes of `<ms>-<seq>`, valid until the next call.
+    fn print(&mut self, id: StreamId) -> &[u8] {
+        if self.ms != Some(id.ms) {
+            let digits = write_decimal(id.ms, &mut self.buffer[..20]);
+            self.buffer.copy_within(20 - digits..20, 0);
+            self.buffer[digits] = b'-';
+            self.ms = Some(id.ms);
+            self.prefix = digits + 1;
+        }
+        // a u64 has at most 20 digits: they fit after a prefix of at most 21
+        let end = self.prefix + 20;
+        let digits = write_decimal(id.seq, &mut self.buffer[self.prefix..end]);
+        self.buffer.copy_within(end - digits..end, self.prefix);
+        &self.buffer[..self.prefix + digits]
+    }
+}
+
+/// Writes `n` in decimal at the end of `out` (20 bytes, room for any u64);
+/// gives the number of digits written.
+fn write_decimal(mut n: u64, out: &mut [u8]) -> usize {
+    let mut at = out.len();
+    loop {
+        at -= 1;
+        out[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.len() - at
 }
 
 /// Owned copies of sorted-set members, freed when dropped.
@@ -639,20 +674,33 @@ mod tests {
 
     #[test]
     fn stream_ids_print_as_the_server_prints_them() {
-        let mut buffer = [0u8; STREAM_ID_MAX_LEN];
+        let mut printer = IdPrinter::new();
+        // in turn through one printer: the ms kept, changed, shorter, longer
         for (ms, seq, want) in [
             (0, 0, "0-0"),
             (1, 2, "1-2"),
             (1_796_100_416_178, 0, "1796100416178-0"),
+            (1_796_100_416_178, 9, "1796100416178-9"),
+            (1_796_100_416_178, 10, "1796100416178-10"),
+            (
+                1_796_100_416_178,
+                18_446_744_073_709_551_615,
+                "1796100416178-18446744073709551615",
+            ),
+            (1_796_100_416_178, 7, "1796100416178-7"),
+            (1_796_100_416_179, 0, "1796100416179-0"),
             (10, 10, "10-10"),
             (
                 u64::MAX,
                 u64::MAX,
                 "18446744073709551615-18446744073709551615",
             ),
+            (u64::MAX, 0, "18446744073709551615-0"),
+            (5, u64::MAX, "5-18446744073709551615"),
         ] {
             let id = StreamId { ms, seq };
-            assert_eq!(id.write_to(&mut buffer), want.as_bytes());
+            assert_eq!(printer.print(id), want.as_bytes());
+            assert_eq!(IdPrinter::new().print(id), want.as_bytes());
         }
     }
 }
