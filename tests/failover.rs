@@ -193,7 +193,12 @@ fn finish_all_outputs(workers: &mut [Worker]) -> Vec<(String, String)> {
         } else {
             String::new()
         };
-        println!("{}: {status:?}{takes}\n{}\n{}", w.name, summary.trim(), err.trim());
+        println!(
+            "{}: {status:?}{takes}\n{}\n{}",
+            w.name,
+            summary.trim(),
+            err.trim()
+        );
         report.push_str(&format!(
             "{}: {status:?}{takes}\nstdout: {summary}\nstderr: {err}\n",
             w.name
@@ -783,10 +788,15 @@ enum Move {
     /// slot, `SETSLOT NODE` on every primary, to the next primary.
     Legacy,
     /// `CLUSTER FAILOVER [FORCE]` by the owner's replica, with the owner's
-    /// writes paused first (CLIENT PAUSE WRITE) and, for FORCE, the replica
-    /// caught up with it: FORCE does not wait for the primary's offset, so
-    /// without the pause what the primary wrote after the replica's last
-    /// offset would be lost; with it, nothing is.
+    /// writes paused first (CLIENT PAUSE WRITE), for FORCE the replica
+    /// caught up with it by offset, and the pause kept until the old owner
+    /// has turned replica. FORCE neither waits for the primary's offset nor
+    /// makes the primary pause itself: without the pause, what the primary
+    /// wrote after the replica's last offset would be lost, and so would
+    /// what it took, believing itself primary still, between the election
+    /// and learning of it (seen when unpaused right after the election:
+    /// completions lost, and jobs run and completed again); with it, nothing
+    /// is lost.
     Failover { force: bool },
 }
 
@@ -806,7 +816,9 @@ fn hold_on(con: &mut Connection, schedule: &str, ms: i64) -> Held {
 
 /// `<ms>-<seq>` as numbers, ordered as the stream orders them.
 fn entry_id(id: &str) -> (i64, u64) {
-    let (ms, seq) = id.split_once('-').unwrap_or_else(|| panic!("entry ID {id}"));
+    let (ms, seq) = id
+        .split_once('-')
+        .unwrap_or_else(|| panic!("entry ID {id}"));
     (ms.parse().expect("ms"), seq.parse().expect("seq"))
 }
 
@@ -877,7 +889,10 @@ fn check_takes(stdouts: &[&str], n: usize, holds: &[Held], reruns: &[String]) ->
              start {first_after:?}",
             h.ms, h.until
         );
-        assert!(inside.is_empty(), "released inside the hold {h:?}: {inside:?}");
+        assert!(
+            inside.is_empty(),
+            "released inside the hold {h:?}: {inside:?}"
+        );
     }
     println!(
         "{takes} takes of {} entries; {} jobs, first released in order",
@@ -1122,6 +1137,21 @@ fn failover_move(
         let _: () = q!(&mut on_r, "CLUSTER", "FAILOVER");
     }
     wait_primary(&mut on_r, "the replica took over");
+    // Paused until it knows it is a replica now: unpaused before, the old
+    // primary would take writes for a moment, as a primary still, that its
+    // resync with the new one then throws away. (A plain CLUSTER FAILOVER
+    // pauses it by itself until then; FORCE does not.)
+    wait_until(
+        "the old primary turned replica",
+        Duration::from_secs(30),
+        || {
+            let role: Vec<Value> = cmd!("ROLE").query(&mut on_p).map_err(|e| e.to_string())?;
+            match role.first() {
+                Some(Value::BulkString(r)) if r == b"slave" => Ok(()),
+                other => Err(format!("ROLE {other:?}")),
+            }
+        },
+    );
     let _: () = q!(&mut on_p, "CLIENT", "UNPAUSE");
     in_flight
 }

@@ -31,7 +31,11 @@ pub fn valkey_version_of(server: &str) -> Option<(u32, u32, u32)> {
 
 fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
     let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??, parts.next().flatten().unwrap_or(0)))
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
 }
 
 /// The versions `scripts/valkey-matrix.sh --list` says are cached, with
