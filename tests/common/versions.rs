@@ -67,7 +67,7 @@ pub fn cached_valkeys() -> Vec<((u32, u32, u32), String, String)> {
             ))
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     found
 }
 
