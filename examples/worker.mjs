@@ -124,6 +124,9 @@ Options (each also read from the environment variable in brackets):
                        server promoting the queue itself; the server must list
                        the pair in echomq.auto-promote (e.g. CONFIG SET
                        echomq.auto-promote "{NAME}:schedule {NAME}:pending")
+  --log-takes          [ECHOMQ_LOG_TAKES=1] print "took <entry-id> <job>" on
+                       stdout for each stream entry a consumer receives
+                       (XREADGROUP or an XAUTOCLAIM takeover)
   -h, --help           this text
 
 Through a failover, a command refused because the server is no longer the
@@ -167,6 +170,7 @@ function config() {
       "deadline-secs": { type: "string", default: env("ECHOMQ_DEADLINE_SECS", "60") },
       name: { type: "string", default: env("ECHOMQ_WORKER_NAME", `node-${process.pid}`) },
       "no-promoter": { type: "boolean", default: env("ECHOMQ_NO_PROMOTER", "") === "1" },
+      "log-takes": { type: "boolean", default: env("ECHOMQ_LOG_TAKES", "") === "1" },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -208,6 +212,7 @@ function config() {
     deadlineMs: number("deadline-secs") * 1000,
     name: values.name,
     promoter: !values["no-promoter"],
+    logTakes: values["log-takes"],
   };
 }
 
@@ -495,6 +500,8 @@ async function main() {
     const con = new Link(cfg, consumer);
 
     async function runEntry(id, job, takenOver) {
+      // One line per entry taken (stdout to a pipe is synchronous on Linux).
+      if (cfg.logTakes && job !== null) process.stdout.write(`took ${id} ${job}\n`);
       if (job === null) { // its data is gone: only acknowledge it
         await con.call((db) => db.xack(k.pending, cfg.group, id));
         return;

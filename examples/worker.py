@@ -82,6 +82,9 @@ Options (each also read from the environment variable in brackets):
                        server promoting the queue itself; the server must list
                        the pair in echomq.auto-promote (e.g. CONFIG SET
                        echomq.auto-promote "{NAME}:schedule {NAME}:pending")
+  --log-takes          [ECHOMQ_LOG_TAKES=1] print "took <entry-id> <job>" on
+                       stdout for each stream entry a consumer receives
+                       (XREADGROUP or an XAUTOCLAIM takeover)
   -h, --help           this text
 
 Through a failover, a command refused because the server is no longer the
@@ -163,6 +166,7 @@ def parse_args():
     p.add_argument("--consumers", type=int, default=int(env("ECHOMQ_CONSUMERS", "4")))
     p.add_argument("--deadline-secs", type=float, default=float(env("ECHOMQ_DEADLINE_SECS", "60")))
     p.add_argument("--name", default=env("ECHOMQ_WORKER_NAME", f"python-{os.getpid()}"))
+    p.add_argument("--log-takes", action="store_true", default=env("ECHOMQ_LOG_TAKES", "") == "1")
     return p.parse_args()
 
 
@@ -428,6 +432,9 @@ class Worker:
 
     def run_entry(self, link, consumer, entry_id, job, taken_over):
         k, a = self.keys, self.args
+        if a.log_takes and job is not None:
+            with self.lock:  # one whole line at a time, flushed
+                print(f"took {entry_id} {job}", flush=True)
         if job is None:  # its data is gone: only acknowledge it
             link.call(lambda db, _: db.xack(k.pending, a.group, entry_id))
             return

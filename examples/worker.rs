@@ -138,6 +138,9 @@ Options (each also read from the environment variable in brackets):
                        server promoting the queue itself; the server must list
                        the pair in echomq.auto-promote (e.g. CONFIG SET
                        echomq.auto-promote \"{NAME}:schedule {NAME}:pending\")
+  --log-takes          [ECHOMQ_LOG_TAKES=1] print \"took <entry-id> <job>\" on
+                       stdout for each stream entry a consumer receives
+                       (XREADGROUP or an XAUTOCLAIM takeover)
   -h, --help           this text
 
 Exit status: 0 when every job is done or dead, 2 at the deadline, 1 on an error.
@@ -167,6 +170,7 @@ struct Config {
     consumers: usize,
     deadline: Duration,
     name: String,
+    log_takes: bool,
 }
 
 #[derive(Clone)]
@@ -232,7 +236,7 @@ fn config() -> Result<Config> {
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "--seed" | "--no-promoter" | "--fresh" => i += 1,
+            "--seed" | "--no-promoter" | "--fresh" | "--log-takes" => i += 1,
             flag if known.contains(&flag) => i += 2,
             "-h" | "--help" => {
                 print!("{HELP}");
@@ -285,6 +289,7 @@ fn config() -> Result<Config> {
             "ECHOMQ_WORKER_NAME",
             &format!("rust-{}", std::process::id()),
         ),
+        log_takes: flag("--log-takes", "ECHOMQ_LOG_TAKES"),
     })
 }
 
@@ -724,6 +729,9 @@ impl StreamConsumer<'_> {
 
     fn run_entry(&mut self, id: &str, job: Option<String>, taken_over: bool) -> Result<()> {
         let (cfg, keys, consumer) = (self.cfg, self.keys, self.consumer.clone());
+        if let (true, Some(job)) = (cfg.log_takes, &job) {
+            println!("took {id} {job}"); // one line, flushed (stdout is line-buffered)
+        }
         let Some(job) = job else {
             // Its data is gone: nothing to run, only to acknowledge.
             let _: () = self.link.call(|con, _| {

@@ -821,16 +821,14 @@ fn valkey_major(con: &mut Connection) -> u32 {
 /// promotion there would duplicate what the source's stream brings).
 #[test]
 fn an_atomic_slot_migration_moves_a_live_queue_there_and_back() {
-    let cluster = Cluster::start();
-    let mut first = cluster.conn(0);
-    let major = valkey_major(&mut first);
-    if major < 9 {
-        eprintln!(
-            "SKIPPED: CLUSTER MIGRATESLOTS is Valkey 9's; this server is {}",
-            info_field(&mut first, "server", "server_name")
-        );
+    let test = "an_atomic_slot_migration_moves_a_live_queue_there_and_back";
+    // On the server under test when it is Valkey 9+, else on a cached one.
+    let Some((server, cli)) = versions::valkey_at_least_or_skip(9, test) else {
         return;
-    }
+    };
+    let cluster = Cluster::start_on(&server, &cli);
+    let major = valkey_major(&mut cluster.conn(0));
+    assert!(major >= 9, "{server} runs Valkey {major}");
     for i in 0..cluster.nodes.len() {
         let modules: String = q!(&mut cluster.conn(i), "INFO", "modules");
         let line = modules

@@ -478,7 +478,7 @@ fn the_node_worker_starts_a_queue_afresh() {
 }
 
 /// Every option the workers share, which each one's --help must list.
-const OPTIONS: [&str; 22] = [
+const OPTIONS: [&str; 23] = [
     "--url",
     "--reconnect-secs",
     "--queue",
@@ -501,6 +501,7 @@ const OPTIONS: [&str; 22] = [
     "--deadline-secs",
     "--name",
     "--no-promoter",
+    "--log-takes",
 ];
 
 #[test]

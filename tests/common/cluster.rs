@@ -57,13 +57,19 @@ pub struct Node {
 
 impl Node {
     pub fn start() -> Node {
+        Node::start_on(&server_binary())
+    }
+
+    /// A node running `server` (a `valkey-server` binary) instead of
+    /// `ECHOMQ_SERVER`'s.
+    pub fn start_on(server: &str) -> Node {
         let dir = TempDir::new("cluster-node");
         let log = dir.0.join("valkey.log");
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_cluster_port();
             let _ = std::fs::remove_file(dir.0.join("nodes.conf"));
-            let mut child = Command::new(server_binary())
+            let mut child = Command::new(server)
                 .arg("--port")
                 .arg(port.to_string())
                 .args(["--bind", "127.0.0.1"])
@@ -87,7 +93,7 @@ impl Node {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
+                .unwrap_or_else(|e| panic!("cannot start {server}: {e}"));
             if wait_ready(&mut child, port, Duration::from_secs(20)) {
                 return Node {
                     port,
@@ -223,9 +229,17 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
-        let nodes: Vec<Node> = (0..6).map(|_| Node::start()).collect();
+        Cluster::start_on(&server_binary(), &cli_binary())
+    }
+
+    /// The same cluster on the binaries given (`server`, and `cli` for
+    /// `--cluster create`) instead of `ECHOMQ_SERVER`'s and `ECHOMQ_CLI`'s:
+    /// what a test needing another version uses, without touching the
+    /// environment the tests running beside it read.
+    pub fn start_on(server: &str, cli: &str) -> Cluster {
+        let nodes: Vec<Node> = (0..6).map(|_| Node::start_on(server)).collect();
         let cluster = Cluster { nodes };
-        let out = Command::new(cli_binary())
+        let out = Command::new(cli)
             .args(["--cluster", "create"])
             .args(cluster.nodes.iter().map(Node::addr))
             .args(["--cluster-replicas", "1", "--cluster-yes"])

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub mod cluster;
 pub mod python;
+pub mod versions;
 
 pub use redis::{Cmd, Connection, ConnectionLike, FromRedisValue, RedisResult, Value};
 
