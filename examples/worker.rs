@@ -409,6 +409,34 @@ fn trouble(e: &redis::RedisError) -> Trouble {
     Trouble::Fatal
 }
 
+/// Runs `pipe`'s commands in one MULTI/EXEC and gives EXEC's replies, all of
+/// them (`ignore()` is not honoured). By hand because redis-rs's own atomic
+/// `query` turns an error reply to EXEC into "Invalid response when parsing
+/// multi response" and drops its code: a cluster answers the EXEC of a
+/// transaction whose slot is moving with `ASK`, `MOVED` or `TRYAGAIN`, which
+/// means it ran nothing and may be sent again, and `trouble` must see that.
+fn transact(pipe: &redis::Pipeline, con: &mut redis::Connection) -> redis::RedisResult<Vec<Value>> {
+    use redis::ConnectionLike;
+    let mut multi = redis::pipe();
+    multi.atomic();
+    for command in pipe.cmd_iter() {
+        multi.add_command(command.clone());
+    }
+    // MULTI's reply and each QUEUED skipped (a refused one fails the call
+    // with its code), then EXEC's.
+    let mut replies = con.req_packed_commands(&multi.get_packed_pipeline(), pipe.len() + 1, 1)?;
+    match replies.pop() {
+        Some(Value::Array(items)) => Ok(items),
+        Some(Value::ServerError(e)) => Err(e.into()),
+        // nil: a WATCH failed (none is used here); anything else is not EXEC's
+        other => Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "EXEC did not reply with its commands' replies",
+            format!("{other:?}"),
+        ))),
+    }
+}
+
 /// `url` with its `host:port` replaced by `addr` (scheme, credentials and
 /// database kept).
 fn url_with_addr(url: &str, addr: &str) -> String {
@@ -588,20 +616,10 @@ fn consume_list(cfg: &Config, keys: &Keys, shared: &Shared, who: &str) -> Result
                 count_retry(shared, fire_at_ms);
             }
             Outcome::Done => {
-                let _: () = link.call(|con, _| {
-                    redis::pipe()
-                        .atomic()
-                        .cmd("SADD")
-                        .arg(&keys.done)
-                        .arg(&job)
-                        .ignore()
-                        .cmd("HINCRBY")
-                        .arg(&keys.done_by)
-                        .arg(&cfg.name)
-                        .arg(1)
-                        .ignore()
-                        .query(con)
-                })?;
+                let mut pipe = redis::pipe();
+                pipe.cmd("SADD").arg(&keys.done).arg(&job);
+                pipe.cmd("HINCRBY").arg(&keys.done_by).arg(&cfg.name).arg(1);
+                link.call(|con, _| transact(&pipe, con))?;
                 shared.completed.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -761,37 +779,28 @@ impl StreamConsumer<'_> {
             hold(&mut self.link, keys, self.shared, ms)?;
         }
         let mut pipe = redis::pipe();
-        pipe.atomic();
         match outcome {
             Outcome::Failed | Outcome::Overloaded(_) => {
                 pipe.add_command(retry_cmd(cfg, keys, &job, attempt));
             }
             Outcome::Done => {
-                pipe.cmd("SADD").arg(&keys.done).arg(&job).ignore();
-                pipe.cmd("HINCRBY")
-                    .arg(&keys.done_by)
-                    .arg(&cfg.name)
-                    .arg(1)
-                    .ignore();
+                pipe.cmd("SADD").arg(&keys.done).arg(&job);
+                pipe.cmd("HINCRBY").arg(&keys.done_by).arg(&cfg.name).arg(1);
             }
         }
         // The outcome and the acknowledgement are one step: the job is never
         // both scheduled and pending, nor neither.
-        pipe.cmd("XACK")
-            .arg(&keys.pending)
-            .arg(&cfg.group)
-            .arg(id)
-            .ignore();
-        pipe.cmd("XDEL").arg(&keys.pending).arg(id).ignore();
+        pipe.cmd("XACK").arg(&keys.pending).arg(&cfg.group).arg(id);
+        pipe.cmd("XDEL").arg(&keys.pending).arg(id);
         // After a failure (a failover refused the step, or the connection
         // went away with it), the step is written only while the entry is
         // still this consumer's: acknowledged means the step went through
         // before the reply was lost; another owner took it over and settles it.
-        let written: Option<Value> = self.link.call(|con, tries| {
+        let written: Option<Vec<Value>> = self.link.call(|con, tries| {
             if tries > 0 && pending_owner(con, cfg, keys, id)?.as_deref() != Some(&consumer) {
                 return Ok(None);
             }
-            pipe.query(con).map(Some)
+            transact(&pipe, con).map(Some)
         })?;
         let Some(replies) = written else {
             eprintln!(
@@ -802,7 +811,9 @@ impl StreamConsumer<'_> {
         };
         match outcome {
             Outcome::Failed | Outcome::Overloaded(_) => {
-                let (fire_at_ms,): (i64,) = redis::from_redis_value(replies)?;
+                // ECHO.RETRY's reply comes first
+                let fire_at_ms: i64 =
+                    redis::from_redis_value(replies.into_iter().next().unwrap_or(Value::Nil))?;
                 count_retry(self.shared, fire_at_ms);
             }
             Outcome::Done => {
@@ -968,14 +979,14 @@ fn run() -> Result<bool> {
         // A delayed first run: ECHO.SCHEDULE (not a failure, not a retry),
         // all or nothing, so a retry after a refusal cannot seed twice.
         let mut pipe = redis::pipe();
-        pipe.atomic();
         for i in 0..cfg.jobs {
             pipe.cmd("ECHO.SCHEDULE")
                 .arg(&keys.schedule)
                 .arg(format!("job-{i}"))
                 .arg(cfg.seed_delay_ms);
         }
-        let fire_at: Vec<i64> = link.call(|con, _| pipe.query(con))?;
+        let fire_at: Vec<i64> =
+            redis::from_redis_value(Value::Array(link.call(|con, _| transact(&pipe, con))?))?;
         println!(
             "worker {}: scheduled job-0 .. job-{} with ECHO.SCHEDULE, due at {} .. {} (server ms)",
             cfg.name,
@@ -992,18 +1003,16 @@ fn run() -> Result<bool> {
                         .arg(&keys.pending)
                         .arg("*")
                         .arg("job")
-                        .arg(format!("job-{i}"))
-                        .ignore();
+                        .arg(format!("job-{i}"));
                 }
             }
             Layout::List => {
                 let jobs: Vec<String> = (0..cfg.jobs).map(|i| format!("job-{i}")).collect();
-                pipe.cmd("LPUSH").arg(&keys.pending).arg(jobs).ignore();
+                pipe.cmd("LPUSH").arg(&keys.pending).arg(jobs);
             }
         }
         // All or nothing, so a retry after a refusal cannot seed twice.
-        pipe.atomic();
-        let _: () = link.call(|con, _| pipe.query(con))?;
+        link.call(|con, _| transact(&pipe, con))?;
     }
 
     let shared = Arc::new(Shared {
