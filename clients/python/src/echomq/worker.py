@@ -348,12 +348,9 @@ class Worker:
             try:
                 self._setup()
                 break
-            except Exception as exc:  # noqa: BLE001
-                if not isinstance(exc, _TRANSIENT) and not _stale(exc):
-                    raise
+            except _TRANSIENT as exc:
                 if self.closing:
                     return
-                self._reconnect()
                 log.warning("echomq: cannot reach the server (%s); retrying", exc)
                 self._sleep(1.0)
                 if self.closing:
