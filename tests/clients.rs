@@ -727,3 +727,177 @@ fn each_library_goes_on_through_a_restart_and_loading() {
     assert_eq!(dead, 0);
     assert_queue_empty(&mut con, queue);
 }
+
+/// `count=<n>` of `errorstat_<code>` in `INFO errorstats` (0 when absent).
+fn error_count(con: &mut Connection, code: &str) -> u64 {
+    let stats: String = run(con, cmd("INFO").arg("errorstats"));
+    common::field_of(&stats, &format!("errorstat_{code}"))
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("count="))
+        .map_or(0, |n| n.parse().expect("a count"))
+}
+
+/// A standalone failover seen through a primary endpoint, as on a managed
+/// service whose endpoint (a DNS name) moves to the new primary: each
+/// library's worker connects to the endpoint (a proxy here); mid-run the
+/// primary's writes are paused, its replica catches up and is promoted, the
+/// endpoint is pointed to it and the old primary is made its replica. The
+/// connections opened before still reach the old primary, which now refuses
+/// writes (`READONLY`) and unblocks the blocked reads (`UNBLOCKED`): each
+/// worker must drop them and reconnect through the endpoint. Every job is
+/// done, none dead, nothing left behind on the new primary; a job runs twice
+/// only if it was in flight at the failover. Then the way back while the
+/// queue is idle, where the workers' blocked reads meet `UNBLOCKED`.
+#[test]
+fn each_library_goes_on_through_a_failover_behind_an_endpoint() {
+    let test = "each_library_goes_on_through_a_failover_behind_an_endpoint";
+    let Some(()) = or_skip(test, python().map(|_| ())) else {
+        return;
+    };
+    let Some(()) = or_skip(test, node_ready()) else {
+        return;
+    };
+    rust_crossworker();
+    let (old, new, mut old_con, mut new_con) =
+        common::primary_and_replica(common::Options::default());
+    let endpoint = common::proxy::Endpoint::start(old.port);
+    let url = endpoint.url();
+    let queue = "x-failover";
+    const JOBS: usize = 2_000;
+    const CONCURRENCY: usize = 4;
+    let workers: Vec<(Lang, String, Worker)> = [Python, Node, Rust]
+        .into_iter()
+        .map(|lang| {
+            let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
+            let args = [
+                "--url",
+                &url,
+                "--queue",
+                queue,
+                "--done",
+                &done,
+                "--concurrency",
+                &CONCURRENCY.to_string(),
+                "--sleep-ms",
+                "5",
+                "--lease-ms",
+                "2000",
+                "--max-attempts",
+                "50",
+                "--backoff",
+                "fixed:50",
+            ];
+            let w = Worker::start(lang, &args);
+            (lang, done, w)
+        })
+        .collect();
+    let ids = added_from(Rust, &url, queue, JOBS, "f-");
+    assert_eq!(ids.len(), JOBS);
+    let done_on = |con: &mut Connection| -> Vec<usize> {
+        workers
+            .iter()
+            .map(|(_, done, _)| run::<usize>(con, cmd("HLEN").arg(done)))
+            .collect()
+    };
+    wait_until("a fifth of the jobs done", Duration::from_secs(60), || {
+        let n: usize = done_on(&mut old_con).iter().sum();
+        (n >= JOBS / 5).then_some(()).ok_or(format!("{n} done"))
+    });
+
+    // The failover, as a managed service makes it.
+    let _: () = run(
+        &mut old_con,
+        cmd("CLIENT").arg("PAUSE").arg(60_000).arg("WRITE"),
+    );
+    // (WAIT is paused too: the offsets say when the replica has it all.)
+    wait_until("the replica caught up", Duration::from_secs(30), || {
+        let p = common::info_field(&mut old_con, "replication", "master_repl_offset");
+        let r = common::info_field(&mut new_con, "replication", "master_repl_offset");
+        (p == r && !p.is_empty())
+            .then_some(())
+            .ok_or(format!("primary {p}, replica {r}"))
+    });
+    let before = done_on(&mut old_con);
+    let errors_before =
+        error_count(&mut old_con, "READONLY") + error_count(&mut old_con, "UNBLOCKED");
+    let _: () = run(&mut new_con, cmd("REPLICAOF").arg("NO").arg("ONE"));
+    endpoint.point_to(new.port);
+    let _: () = run(
+        &mut old_con,
+        cmd("REPLICAOF").arg("127.0.0.1").arg(new.port),
+    );
+    let _: () = run(&mut old_con, cmd("CLIENT").arg("UNPAUSE"));
+    let left = JOBS - before.iter().sum::<usize>().min(JOBS);
+    println!("failover with {left} of {JOBS} jobs not yet done");
+    assert!(left > 0, "the queue was done before the failover");
+
+    wait_until("every job done", Duration::from_secs(120), || {
+        let n: usize = done_on(&mut new_con).iter().sum();
+        (n >= JOBS).then_some(()).ok_or(format!("{n} done"))
+    });
+    let readonly = error_count(&mut old_con, "READONLY");
+    let unblocked = error_count(&mut old_con, "UNBLOCKED");
+    println!("the old primary answered READONLY {readonly} and UNBLOCKED {unblocked} times (before the failover: {errors_before})");
+    assert!(
+        readonly + unblocked > errors_before,
+        "no worker met READONLY or UNBLOCKED on the old primary"
+    );
+    let after = done_on(&mut new_con);
+    for ((lang, _, _), (before, after)) in workers.iter().zip(before.iter().zip(&after)) {
+        assert!(
+            after > before,
+            "the {lang:?} worker ran nothing after the failover ({before} before)"
+        );
+    }
+
+    // And back, on an idle queue: the workers wait in blocked reads, which
+    // the demoted server ends with UNBLOCKED (Valkey 8.0 then closes the
+    // connection, so a command pipelined behind the read meets a closed
+    // connection). No pause: nothing is written.
+    common::wait_replica_synced(&mut new_con, &mut old_con);
+    let unblocked_before = error_count(&mut new_con, "UNBLOCKED");
+    let _: () = run(&mut old_con, cmd("REPLICAOF").arg("NO").arg("ONE"));
+    endpoint.point_to(old.port);
+    let _: () = run(
+        &mut new_con,
+        cmd("REPLICAOF").arg("127.0.0.1").arg(old.port),
+    );
+    const MORE: usize = 300;
+    let more = added_from(Rust, &url, queue, MORE, "g-");
+    assert_eq!(more.len(), MORE);
+    wait_until(
+        "every job done after the way back",
+        Duration::from_secs(120),
+        || {
+            let n: usize = done_on(&mut old_con).iter().sum();
+            (n >= JOBS + MORE).then_some(()).ok_or(format!("{n} done"))
+        },
+    );
+    let unblocked = error_count(&mut new_con, "UNBLOCKED") - unblocked_before;
+    println!("the server demoted on the way back answered UNBLOCKED {unblocked} times");
+    assert!(unblocked > 0, "no blocked read met UNBLOCKED");
+
+    let mut seen: BTreeMap<String, i64> = BTreeMap::new();
+    for (_, done, worker) in workers {
+        worker.stop();
+        for (id, n) in done_counts(&mut old_con, &done) {
+            *seen.entry(id).or_default() += n;
+        }
+    }
+    let want: BTreeSet<&String> = ids.iter().chain(&more).collect();
+    assert_eq!(
+        seen.keys().collect::<BTreeSet<_>>(),
+        want,
+        "the jobs done are the jobs added"
+    );
+    let twice: Vec<_> = seen.iter().filter(|(_, &n)| n > 1).collect();
+    println!("run twice: {twice:?}");
+    assert!(
+        twice.len() <= 3 * CONCURRENCY && twice.iter().all(|(_, &n)| n == 2),
+        "more reruns than jobs in flight at the failover: {twice:?}"
+    );
+    let dead: i64 = run(&mut old_con, cmd("ZCARD").arg(format!("{{{queue}}}:dead")));
+    assert_eq!(dead, 0);
+    assert_queue_empty(&mut old_con, queue);
+    println!("the endpoint accepted {} connections", endpoint.accepted());
+}

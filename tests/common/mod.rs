@@ -13,6 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 pub mod cluster;
+pub mod proxy;
 pub mod python;
 pub mod versions;
 

@@ -110,10 +110,29 @@ redis.call('XDEL', KEYS[1], ARGV[1])
 return 1
 `, 1);
 
-// The server answered (and refused): sending again would not help. Anything else (a lost
-// connection, a command rejected before it was sent) may go well the next time.
+// A refusal that says where the connection leads, not what was sent: the server is a replica
+// now (READONLY for a write, UNBLOCKED for a read blocked when it turned), a replica cut from
+// its primary (MASTERDOWN), or loading its data (LOADING). Behind a primary endpoint (a DNS
+// name that moves at a failover) a connection opened before keeps reaching the old primary:
+// the worker reconnects it (#reconnect), so the next command goes through the endpoint again,
+// and sends the command again. A refused write wrote nothing (the server refuses it before it
+// runs: a script at its first write, which comes after its checks, a transaction with
+// EXECABORT), and every write of the protocol is safe to resend.
+const STALE = /^(READONLY|UNBLOCKED|MASTERDOWN|LOADING)\b/;
+const RECONNECT_EVERY_MS = 1000;
+
+function stale(e) {
+  if (!e || e.name !== "ReplyError") return false;
+  if (STALE.test(String(e.message))) return true;
+  // A transaction refused at EXEC for a command refused while queued.
+  return Array.isArray(e.previousErrors) && e.previousErrors.some((p) => STALE.test(String(p && p.message)));
+}
+
+// The server answered (and refused): sending again would not help, unless the refusal was
+// where the connection leads (stale). Anything else (a lost connection, a command rejected
+// before it was sent) may go well the next time.
 function answered(e) {
-  return Boolean(e) && e.name === "ReplyError";
+  return Boolean(e) && e.name === "ReplyError" && !stale(e);
 }
 
 function positiveInteger(options, name, min) {
@@ -185,6 +204,7 @@ export class Worker extends EventEmitter {
   #giveUpAt = Infinity; // Date.now() after which outcomes are not sent again (set by the drain)
   #holdsUnsent = 0; // RetryAfter outcomes whose ECHO.HOLD is not written yet: no read meanwhile
   #tickScheduled = false;
+  #reconnectedAt = new WeakMap(); // connection -> Date.now() of the last #reconnect
 
   constructor(queue, handler, options = {}) {
     super();
@@ -267,6 +287,17 @@ export class Worker extends EventEmitter {
       }
     }
     return this.#runDone;
+  }
+
+  // Reconnects a connection a stale refusal came on (the caller's connection too: it is
+  // reconnected, never closed for good), at most once a second each, only while it is up.
+  // Commands sent meanwhile wait in the client's offline queue for the new connection.
+  #reconnect(conn, e) {
+    if (!stale(e) || !conn || conn.status !== "ready") return;
+    const now = Date.now();
+    if (now - (this.#reconnectedAt.get(conn) ?? 0) < RECONNECT_EVERY_MS) return;
+    this.#reconnectedAt.set(conn, now);
+    conn.disconnect(true);
   }
 
   #report(e) {
@@ -376,6 +407,7 @@ export class Worker extends EventEmitter {
         } else if (!this.#closing) {
           this.#report(e);
           this.#readerId = null;
+          this.#reconnect(reader, e);
           await this.#waitWake(ERROR_PAUSE_MS);
         }
         continue;
@@ -425,7 +457,10 @@ export class Worker extends EventEmitter {
       this.#claimCursor = "0-0";
       this.#wakeUp();
       if (String(e.message).startsWith("NOGROUP")) await this.#createGroup().catch((e2) => this.#report(e2));
-      else this.#report(e);
+      else {
+        this.#report(e);
+        this.#reconnect(conn, e);
+      }
     }
   }
 
@@ -484,6 +519,7 @@ export class Worker extends EventEmitter {
       }
     } catch (err) {
       this.#report(err);
+      this.#reconnect(conn, err);
       this.#release(entries.filter((e) => this.#inHand.has(e.entry)));
     }
   }
@@ -596,6 +632,7 @@ export class Worker extends EventEmitter {
             confirmed.push(...entries);
             onAnswered();
           } else {
+            this.#reconnect(this.#conn, e);
             resend = true;
             onResend();
           }
@@ -674,7 +711,10 @@ export class Worker extends EventEmitter {
     if (!this.#inHand.size && !this.#confirming.size) return;
     const entries = [...this.#inHand.keys(), ...this.#confirming.keys()];
     this.#conn.xclaim(this.#keys.pending, GROUP, this.consumer, 0, ...entries, "JUSTID")
-      .catch((e) => this.#report(e));
+      .catch((e) => {
+        this.#report(e);
+        this.#reconnect(this.#conn, e);
+      });
   }
 
   // Step 8: the running handlers get up to shutdownTimeoutMs; their outcomes are sent

@@ -26,7 +26,10 @@ function write(line) {
 
 async function work(values, connection, queue) {
   const sleepMs = int(values, "sleep-ms", 0);
-  const side = connection.duplicate(); // the handler's own writes
+  // The handler's own writes. Behind a primary endpoint a failover leaves this connection on
+  // the old primary, now a replica: a write it refuses (READONLY, nothing written) is sent
+  // again on a new connection, which the endpoint leads to the new primary.
+  const side = connection.duplicate({ reconnectOnError: (e) => (/^READONLY/.test(e.message) ? 2 : false) });
   // A restart of the server resets every connection; ioredis reconnects
   // them, and without a listener would print each reset as unhandled.
   side.on("error", () => {});

@@ -152,6 +152,24 @@ impl Keys {
     }
 }
 
+/// A refusal that says where the connection leads, not what was sent: the
+/// server is a replica now (`READONLY` for a write, `UNBLOCKED` for a read
+/// blocked when it turned), a replica cut from its primary (`MASTERDOWN`),
+/// or loading its data (`LOADING`). Behind a primary endpoint (a DNS name
+/// that moves at a failover) a connection opened before the failover keeps
+/// reaching the old primary: the connection is replaced, so the next
+/// command goes through the endpoint again, and the command is sent again.
+/// A refused write wrote nothing (the server refuses it before it runs: a
+/// script at its first write, which comes after its checks, a transaction
+/// with `EXECABORT`), and every write of the protocol is safe to resend.
+pub(crate) fn stale(e: &RedisError) -> bool {
+    e.code().is_some_and(stale_code)
+}
+
+fn stale_code(code: &str) -> bool {
+    matches!(code, "READONLY" | "UNBLOCKED" | "MASTERDOWN" | "LOADING")
+}
+
 pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
     RedisError::from((ErrorKind::Client, desc, detail))
 }
@@ -159,8 +177,9 @@ pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
 /// The queue's connection, for commands of your own
 /// (`redis::AsyncCommands` works on it): a multiplexed connection that
 /// replaces itself when it breaks (the server restarted, the network
-/// dropped). The command that met the broken connection fails; the next
-/// ones go to a new connection. Clones share one connection.
+/// dropped), or when the server it leads to says it is not the primary
+/// any more (see [`stale`]). The command that met the broken connection
+/// fails; the next ones go to a new connection. Clones share one connection.
 #[derive(Clone)]
 pub struct QueueConnection {
     shared: Arc<Shared>,
@@ -207,9 +226,17 @@ impl QueueConnection {
         self.shared.current.lock().unwrap().clone()
     }
 
-    async fn check<T>(&self, result: &RedisResult<T>) {
-        let Err(e) = result else { return };
-        if !(e.is_io_error() || e.is_connection_dropped()) {
+    async fn check(&self, result: Result<&[Value], &RedisError>) {
+        let broken = match result {
+            Err(e) => e.is_io_error() || e.is_connection_dropped() || stale(e),
+            // A pipeline that keeps each reply (`ignore_errors`) hands the
+            // refusals back as values.
+            Ok(values) => values.iter().any(|v| match v {
+                Value::ServerError(e) => stale_code(e.code()),
+                _ => false,
+            }),
+        };
+        if !broken {
             return;
         }
         let mut last = self.shared.last_reconnect.lock().await;
@@ -229,7 +256,7 @@ impl ConnectionLike for QueueConnection {
         let mut conn = self.current();
         Box::pin(async move {
             let result = conn.req_packed_command(cmd).await;
-            self.check(&result).await;
+            self.check(result.as_ref().map(std::slice::from_ref)).await;
             result
         })
     }
@@ -243,7 +270,7 @@ impl ConnectionLike for QueueConnection {
         let mut conn = self.current();
         Box::pin(async move {
             let result = conn.req_packed_commands(pipeline, offset, count).await;
-            self.check(&result).await;
+            self.check(result.as_ref().map(Vec::as_slice)).await;
             result
         })
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult, Script, Value};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::queue::{client_error, Queue, QueueConnection, GROUP, RESPONSE_TIMEOUT};
+use crate::queue::{client_error, stale, Queue, QueueConnection, GROUP, RESPONSE_TIMEOUT};
 
 /// One run of a job, as the handler gets it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -399,9 +399,14 @@ fn check_options(options: &WorkerOptions) -> RedisResult<()> {
 }
 
 /// An error of the connection rather than of the command: sending the same
-/// again may succeed.
+/// again may succeed (a stale connection, see [`stale`], has been replaced
+/// by then).
 fn transient(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || stale(e)
 }
 
 /// The next wait before sending again: doubled, at most a second.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 import valkey
+from valkey.exceptions import BusyLoadingError, ReadOnlyError
 from valkey.exceptions import ConnectionError as _ConnError
 from valkey.exceptions import ResponseError
 from valkey.exceptions import TimeoutError as _TimeoutError
@@ -25,6 +26,26 @@ DEFAULT_BACKOFF = "jitter:exponential:1000:3600000"
 MAX_HOLD_MS = 86_400_000
 HOLD_RECHECK_S = 1.0  # a worker waiting out a hold asks again this often: a lifted hold is seen
 _TRANSIENT = (_ConnError, _TimeoutError, OSError)
+_STALE_CODES = ("READONLY", "UNBLOCKED", "MASTERDOWN", "LOADING")
+
+
+def _stale(exc: BaseException) -> bool:
+    """A refusal that says where the connection leads, not what was sent: the server is a replica
+    now (READONLY for a write, UNBLOCKED for a read blocked when it turned), a replica cut from
+    its primary (MASTERDOWN), or loading its data (LOADING). Behind a primary endpoint (a DNS
+    name that moves at a failover) the pools' connections opened before still reach the old
+    primary: the worker drops them (``_reconnect``), so the next command goes through the
+    endpoint again, and sends the command again. A refused write wrote nothing (the server
+    refuses it before it runs: a script at its first write, which comes after its checks), and
+    every write of the protocol is safe to resend."""
+    if isinstance(exc, (ReadOnlyError, BusyLoadingError)):
+        return True
+    if not isinstance(exc, ResponseError):
+        return False
+    text = str(exc)
+    # A pipeline's error is prefixed with the command it answered.
+    text = text.split("caused error: ", 1)[-1]
+    return text.startswith(_STALE_CODES)
 
 # One failed job (docs/clients.md, Working, step 4). Every type is checked before the first write,
 # and ECHO.RETRY (the one write that can be refused) is the first: a refused retry writes nothing and
@@ -244,6 +265,7 @@ class Worker:
         self._lease_stop = threading.Event()
         self._deadline: Optional[float] = None  # monotonic time after which unsent outcomes are dropped
         self._claim_cursor = b"0-0"  # XAUTOCLAIM's cursor, kept between takeovers
+        self._reader = None  # the blocking reads' client, once run() made it
         self._fail_script = self.client.register_script(FAIL_SCRIPT)
         self._success_script = self.client.register_script(SUCCESS_SCRIPT)
         self._hand_back_script = self.client.register_script(HAND_BACK_SCRIPT)
@@ -335,6 +357,7 @@ class Worker:
                     return
         self.ready.set()
         reader = self._make_reader(self.block_ms)
+        self._reader = reader
         pool = _Pool(self.concurrency, "echomq-handler")
         acker = threading.Thread(target=self._ack_loop, name="echomq-ack", daemon=True)
         leaser = threading.Thread(target=self._lease_loop, name="echomq-lease", daemon=True)
@@ -365,6 +388,18 @@ class Worker:
             reader.close()
             reader.connection_pool.disconnect()
 
+    def _reconnect(self) -> None:
+        """Closes the idle connections of the client's pool and of the reader's (those in use
+        are closed when they meet the same refusal): the next command opens a new one."""
+        pools = [self.client.connection_pool]
+        if self._reader is not None:
+            pools.append(self._reader.connection_pool)
+        for pool in pools:
+            try:
+                pool.disconnect(inuse_connections=False)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("echomq: cannot close the connections (%s)", exc)
+
     def _free(self) -> int:
         with self._lock:
             return self.concurrency - self._running
@@ -390,7 +425,11 @@ class Worker:
                     continue
                 self._take(reader, pool, free)
             except ResponseError as exc:
-                if "NOGROUP" in str(exc):
+                if _stale(exc):
+                    log.warning("echomq: %s; reconnecting", exc)
+                    self._reconnect()
+                    self._sleep(0.5)
+                elif "NOGROUP" in str(exc):
                     log.warning("echomq: the consumer group is gone; creating it again")
                     try:
                         self._setup()
@@ -596,10 +635,13 @@ class Worker:
                     keys=[k.schedule, k.pending, k.dead, k.attempts, k.errors, k.jobs], args=args
                 )
                 break
-            except _TRANSIENT as err:
-                if not resend or self._give_up():
+            except Exception as err:  # noqa: BLE001
+                stale = _stale(err)
+                if not (stale or isinstance(err, _TRANSIENT)) or not resend or self._give_up():
                     raise
                 log.warning("echomq: cannot write a failure (%s); sending it again", err)
+                if stale:
+                    self._reconnect()
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
         # {fired, held}: -3 (a resend, or settled elsewhere) and -4 (removed) wrote nothing more.
@@ -628,12 +670,15 @@ class Worker:
             try:
                 self._send_acks(batch)
             except Exception as exc:  # noqa: BLE001
-                if self._give_up() or not isinstance(exc, _TRANSIENT):
+                stale = _stale(exc)
+                if self._give_up() or not (stale or isinstance(exc, _TRANSIENT)):
                     log.warning("echomq: acknowledgement of %d entries failed (%s); they are taken over after the lease", len(batch), exc)
                     self._release(batch)
                     batch = []
                     continue
                 log.warning("echomq: acknowledgement failed (%s); sending it again", exc)
+                if stale:
+                    self._reconnect()
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
                 continue
@@ -670,3 +715,5 @@ class Worker:
                     self.client.xclaim(k.pending, GROUP, self.consumer, 0, entries[i : i + 1000], justid=True)
                 except Exception as exc:  # noqa: BLE001
                     log.warning("echomq: lease renewal failed (%s)", exc)
+                    if _stale(exc):
+                        self._reconnect()
