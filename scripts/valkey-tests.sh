@@ -167,7 +167,9 @@ for line in "${runs[@]}"; do
 
   # The module loads in this binary: a server on a unix socket only, asked
   # MODULE LIST, stopped by its pid.
-  sock=$dir/preflight.sock
+  # (A unix socket's path must be short: under /tmp, not the clone.)
+  sockdir=$(mktemp -d)
+  sock=$sockdir/s.sock
   "$bindir/valkey-server" --port 0 --unixsocket "$sock" --save '' --appendonly no \
     --dir "$dir" --loadmodule "$module" >"$dir/logs/preflight.log" 2>&1 &
   pid=$!
@@ -175,6 +177,7 @@ for line in "${runs[@]}"; do
   loaded=$("$bindir/valkey-cli" -s "$sock" MODULE LIST 2>/dev/null | grep -c '^echomq$' || true)
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
+  rm -rf "$sockdir"
   if [ "$loaded" != 1 ]; then
     tail -n 20 "$dir/logs/preflight.log" >&2
     echo "valkey-tests: echomq does not load in Valkey $version (log: $dir/logs/preflight.log)" >&2
@@ -193,7 +196,9 @@ for line in "${runs[@]}"; do
   n_units=0 n_ok=0 n_failed=0 n_skip=0
   for unit in "${units[@]}"; do
     if [ ! -f "$dir/tests/$unit.tcl" ]; then
-      printf '   %-40s not in Valkey %s: skipped\n' "$unit" "$version"
+      printf '   %-40s not in Valkey %s\n' "$unit" "$version"
+      summary+=("$(printf '%-8s %-40s %s' "$version" "$unit" 'ERROR: no such unit')")
+      harmed+=("$version:$unit")
       continue
     fi
     log=$dir/logs/${unit//\//_}.with-module.log
@@ -246,11 +251,11 @@ for line in "${runs[@]}"; do
   echo "   Valkey $version: $total (logs: $dir/logs)"
 done
 
-echo "== valkey-tests (with --config loadmodule $module)"
+echo "== valkey-tests (with --config loadmodule $module${with_module[*]:+ ${with_module[*]}})"
 printf '%-8s %-40s %4s %4s %4s %6s %7s  %s\n' version unit ok fail skip time servers result
 printf '%s\n' "${summary[@]}"
 if [ ${#harmed[@]} -gt 0 ]; then
-  echo "valkey-tests: failed with the module only (or did not run): ${harmed[*]}"
+  echo "valkey-tests: failed with the module only (or did not run): ${harmed[*]}" >&2
   exit 1
 fi
 echo "valkey-tests: no test failed because of the module"
