@@ -1,28 +1,22 @@
 //! echomq: jittered retry scheduling and atomic promotion of due jobs,
 //! computed inside Valkey. This file holds the module declaration, the
-//! command table and the load; `server/` holds every call into the server's
-//! C API, and the rest is safe Rust over it.
+//! command table and the load. The layers, each importing only those below
+//! it: `rules/` (pure), `server/` (every call into the server's C API, the
+//! only unsafe code), `engine/` (the module's state and moves), `commands/`
+//! (one file per command).
 
-mod auto_promote;
-mod buckets;
-mod cluster;
 mod commands;
-mod errors;
-mod eviction;
-mod limits;
-mod parse;
-mod policy;
-mod promotion;
-mod release;
+mod engine;
+mod rules;
 mod server;
-mod stats;
-mod versions;
 
 use commands::{delay, hold, limits as limits_command, promote, queues, retry, spread};
+use engine::{eviction, imports, release, stats, ticker};
 use redis_module::commands::KeySpecFlags as K;
 use redis_module::{redis_module, Context, RedisString, Status};
+use rules::versions;
 use server::register::{self, Command, KeyAt, KeyDoc};
-use server::{config, info, log};
+use server::{config, events, info, log};
 
 // Unit tests run outside a server, where the server's allocator does not
 // exist. A library built with cfg(test) is never loaded into a server.
@@ -66,7 +60,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
 /// as long as the server runs.
 fn deinit(_ctx: &Context) -> Status {
     release::reset();
-    auto_promote::reset();
+    ticker::reset();
     eviction::release();
     config::release_all();
     Status::Ok
@@ -78,12 +72,15 @@ fn load(ctx: &Context) -> Result<(), String> {
     }
     // Atomic slot migration where the server has it (Valkey 9+): declared,
     // and its event followed so the timer never acts on a slot it imports.
-    let server = versions::detect(ctx);
+    let server = versions::classify(
+        events::server_info_field(ctx, c"server", c"valkey_version").as_deref(),
+        events::server_info_field(ctx, c"server", c"redis_version").as_deref(),
+    );
     let atomic_slot_migration = server.handles_atomic_slot_migration();
     register::set_module_options(ctx, atomic_slot_migration);
-    cluster::reset_importing();
+    imports::reset_importing();
     if atomic_slot_migration {
-        server::events::on_slot_migration::<cluster::MigrationWatch>(ctx)?;
+        events::on_slot_migration::<imports::MigrationWatch>(ctx)?;
     }
     log::notice(
         ctx,
@@ -100,7 +97,7 @@ fn load(ctx: &Context) -> Result<(), String> {
     info::register::<stats::Info>(ctx)?;
     register::register(ctx, COMMANDS)?;
     eviction::init(ctx)?;
-    auto_promote::register(ctx)?;
+    ticker::register(ctx)?;
     release::register(ctx)?;
     // The values of valkey.conf (or MODULE LOADEX ... CONFIG); a refused
     // one fails the load, as the server expects.
@@ -115,7 +112,7 @@ fn load(ctx: &Context) -> Result<(), String> {
             None => "a configured echomq.* value was refused at load".into(),
         });
     }
-    auto_promote::start(ctx);
+    ticker::start(ctx);
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::parse;
+use crate::rules::grammar;
 use crate::server::keys::Arg;
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
@@ -18,7 +18,7 @@ pub fn echo_delay(_ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, policy, attempts] = args else {
         return Err(RedisError::WrongArity);
     };
-    let request = parse::parse_delay_request(policy.as_slice(), attempts.as_slice())?;
+    let request = grammar::parse_delay_request(policy.as_slice(), attempts.as_slice())?;
     let delay_ms = request
         .policy
         .delay_ms_with_rng(request.attempts, &mut rand::rng());

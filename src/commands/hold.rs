@@ -26,14 +26,14 @@
 
 use redis_module::{Context, RedisResult, RedisValue};
 
-use crate::parse;
-use crate::release;
+use crate::engine::release;
+use crate::rules::grammar;
 use crate::server::keys::Arg;
 
 pub fn echo_hold(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, ms] = args else {
         return Err(redis_module::RedisError::WrongArity);
     };
-    let ms = parse::parse_hold_ms(ms.as_slice())?;
+    let ms = grammar::parse_hold_ms(ms.as_slice())?;
     release::hold(ctx, schedule, ms).map(RedisValue::Integer)
 }

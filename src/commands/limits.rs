@@ -13,7 +13,7 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::release;
+use crate::engine::release;
 use crate::server::keys::Arg;
 use crate::server::reply::{self, Field};
 

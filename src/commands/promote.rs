@@ -24,11 +24,11 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::parse;
-use crate::promotion::{self, TimeLimit};
+use crate::engine::mover::{self, TimeLimit};
+use crate::engine::stats;
+use crate::rules::grammar;
 use crate::server::clock;
 use crate::server::keys::Arg;
-use crate::stats;
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
 #[inline(never)]
@@ -37,8 +37,8 @@ pub fn echo_promote(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let options: Vec<&[u8]> = options.iter().map(Arg::as_slice).collect();
-    let limit = parse::parse_promote_request(schedule.as_slice(), pending.as_slice(), &options)?;
-    let moved = promotion::move_due(
+    let limit = grammar::parse_promote_request(schedule.as_slice(), pending.as_slice(), &options)?;
+    let moved = mover::move_due(
         ctx,
         schedule,
         pending,

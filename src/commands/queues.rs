@@ -12,14 +12,14 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::auto_promote;
+use crate::engine::ticker;
 use crate::server::keys::Arg;
 
 pub fn echo_queues(_ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 1 {
         return Err(RedisError::WrongArity);
     }
-    let pairs = auto_promote::pairs()
+    let pairs = ticker::pairs()
         .into_iter()
         .map(|pair| {
             RedisValue::Array(vec![

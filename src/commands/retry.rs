@@ -13,7 +13,7 @@
 //! Reply: integer. `>= 0`: the job's fire time in `schedule` after the call
 //! (written now, or kept by a condition; a kept fractional score rounded
 //! down, clamped to i64). `-1`: dead-lettered. `-2`: `XX` and no such job.
-//! Errors: policy, attempts and option errors from `parse`, and `dead` naming
+//! Errors: policy, attempts and option errors from `rules::grammar`, and `dead` naming
 //! `schedule`, before any key is opened; `WRONGTYPE` when `schedule` or
 //! `dead` is not a sorted set, checked before any write (`dead` also when the
 //! job is not dead-lettered). Nothing is written on an error.
@@ -28,10 +28,10 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::parse::{self, ArgError, Compare, Presence, RetryOptions};
+use crate::engine::{release, stats};
+use crate::rules::grammar::{self, ArgError, Compare, Presence, RetryOptions};
 use crate::server::keys::{Arg, Key, Kind, Zadd, ZaddIf};
 use crate::server::{clock, context};
-use crate::{release, stats};
 
 /// The argument index of the first option (after `attempts`).
 const FIRST_OPTION: usize = 5;
@@ -71,12 +71,12 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
         // server's own slot check reads only the fixed key range otherwise,
         // and would let a dead set in another slot through.
         context::report_key_at(ctx, 1);
-        if let Some(index) = parse::dead_key_index(words) {
+        if let Some(index) = grammar::dead_key_index(words) {
             context::report_key_at(ctx, FIRST_OPTION + index);
         }
         return Ok(RedisValue::NoReply);
     }
-    let request = parse::parse_retry_request(
+    let request = grammar::parse_retry_request(
         schedule.as_slice(),
         policy.as_slice(),
         attempts.as_slice(),
@@ -139,7 +139,7 @@ pub fn echo_schedule(ctx: &Context, args: &[Arg]) -> RedisResult {
     for (word, option) in words.iter_mut().zip(options) {
         *word = option.as_slice();
     }
-    let (delay_ms, options) = parse::parse_schedule_request(delay_ms.as_slice(), words)?;
+    let (delay_ms, options) = grammar::parse_schedule_request(delay_ms.as_slice(), words)?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
     let reply = schedule_after(&schedule_key, job, options, || delay_ms)?;

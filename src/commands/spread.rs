@@ -7,14 +7,14 @@
 //! cost is O(buckets * log N) whatever the size of the set.
 //!
 //! Reply: array of `buckets` integers; all zeros for a missing key.
-//! Errors: argument errors from `parse`; `WRONGTYPE` for a non-sorted-set.
+//! Errors: argument errors from its grammar; `WRONGTYPE` for a non-sorted-set.
 //! Replication: none; read-only.
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::buckets::{ceil_to_f64, edge_text};
-use crate::errors::ReplyError;
-use crate::parse;
+use crate::rules::buckets::{ceil_to_f64, edge_text};
+use crate::rules::errors::ReplyError;
+use crate::rules::grammar;
 use crate::server::keys::{Arg, Key, Kind};
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
@@ -24,7 +24,7 @@ pub fn echo_spread(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let request =
-        parse::parse_spread_request(start_ms.as_slice(), end_ms.as_slice(), buckets.as_slice())?;
+        grammar::parse_spread_request(start_ms.as_slice(), end_ms.as_slice(), buckets.as_slice())?;
     let kind = Key::open_read(ctx, schedule).kind();
     if kind != Kind::Missing && kind != Kind::SortedSet {
         return Err(RedisError::WrongType);

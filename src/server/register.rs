@@ -14,7 +14,7 @@ use std::ptr;
 use redis_module::commands::{get_redis_key_spec, BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 use redis_module::{raw, Context, RedisError, RedisResult};
 
-use crate::errors;
+use crate::rules::errors;
 use crate::server::keys::Arg;
 
 /// A command handler: the running command's arguments, its reply.
@@ -72,7 +72,7 @@ macro_rules! entry_point {
             // SAFETY: the server passes the running command's own arguments.
             let args = unsafe { $crate::server::keys::Arg::from_argv(argv, argc) };
             let handler: $crate::server::register::Handler = $handler;
-            let result = $crate::stats::counted(handler(&context, args));
+            let result = $crate::engine::stats::counted(handler(&context, args));
             $crate::server::register::reply(&context, result)
         }
         entry

@@ -133,6 +133,6 @@ impl InfoSection for Info {
             section.field(name, counter.load(Relaxed));
         }
         // A gauge, not a counter: whether maxmemory-policy spares queue keys.
-        section.field(c"eviction_policy_safe", crate::eviction::safe());
+        section.field(c"eviction_policy_safe", crate::engine::eviction::safe());
     }
 }

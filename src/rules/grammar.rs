@@ -4,12 +4,12 @@
 
 use std::collections::HashSet;
 
-pub use crate::buckets::SpreadRequest;
-use crate::buckets::MAX_SPREAD_BUCKETS;
-pub use crate::errors::ArgError;
-use crate::errors::{LimitsError, PairsError};
-use crate::limits::{LimitSpec, Rate, MAX_BURST, MAX_HOLD_MS, MAX_RATE};
-use crate::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
+pub use crate::rules::buckets::SpreadRequest;
+use crate::rules::buckets::MAX_SPREAD_BUCKETS;
+pub use crate::rules::errors::ArgError;
+use crate::rules::errors::{LimitsError, PairsError};
+use crate::rules::limiter::{LimitSpec, Rate, MAX_BURST, MAX_HOLD_MS, MAX_RATE};
+use crate::rules::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
 
 /// Promote moves at most this many members when the call names no LIMIT.
 pub const DEFAULT_PROMOTE_LIMIT: u64 = 1000;
