@@ -95,7 +95,7 @@ fn load(ctx: &Context) -> Result<(), String> {
     );
     stats::reset();
     info::register::<stats::Info>(ctx)?;
-    register::register(ctx, COMMANDS)?;
+    register::register(ctx, COMMANDS, stats::count_result)?;
     eviction::init(ctx)?;
     ticker::register(ctx)?;
     release::register(ctx)?;
