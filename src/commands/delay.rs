@@ -11,6 +11,20 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::rules::grammar;
 use crate::server::keys::Arg;
+use crate::server::register::Command;
+
+/// ECHO.DELAY's row of the command table.
+pub const COMMAND: Command = Command {
+    name: c"ECHO.DELAY",
+    entry: crate::entry_point!(echo_delay),
+    flags: c"readonly fast",
+    arity: 3,
+    keys: &[],
+    acl_categories: c"fast",
+    summary: c"Computes one delay of a policy for an attempt count, writing nothing.",
+    complexity: c"O(1)",
+    tips: Some(c"nondeterministic_output"),
+};
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
 #[inline(never)]

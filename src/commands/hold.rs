@@ -24,11 +24,32 @@
 //! `DEL <hold key>` when `ms = 0` lifts one; nothing when a longer hold is
 //! kept.
 
+use redis_module::commands::KeySpecFlags as K;
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::engine::release;
 use crate::rules::grammar;
 use crate::server::keys::Arg;
+use crate::server::register::{Command, KeyAt, KeyDoc};
+
+/// ECHO.HOLD's row of the command table.
+pub const COMMAND: Command = Command {
+    name: c"ECHO.HOLD",
+    entry: crate::entry_point!(echo_hold),
+    // write: routed to the owner and refused by a replica, though it
+    // writes no key; not deny-oom, it frees the dependency, not memory
+    flags: c"write fast",
+    arity: 3,
+    keys: &[KeyDoc {
+        at: KeyAt::Index(1),
+        // changes how the schedule is released, not its members
+        flags: K::READ_WRITE.union(K::UPDATE),
+    }],
+    acl_categories: c"write sortedset fast",
+    summary: c"Releases nothing from a schedule for a time: a dependency's Retry-After, for every worker.",
+    complexity: c"O(log(N)) with N the number of held schedules.",
+    tips: None,
+};
 
 pub fn echo_hold(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, ms] = args else {

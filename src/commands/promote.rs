@@ -22,6 +22,7 @@
 //! the primary chose, of exactly the members moved (the server wraps them in
 //! MULTI/EXEC).
 
+use redis_module::commands::KeySpecFlags as K;
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::engine::mover::{self, TimeLimit};
@@ -29,6 +30,30 @@ use crate::engine::stats;
 use crate::rules::grammar;
 use crate::server::clock;
 use crate::server::keys::Arg;
+use crate::server::register::{Command, KeyAt, KeyDoc};
+
+/// ECHO.PROMOTE's row of the command table.
+pub const COMMAND: Command = Command {
+    name: c"ECHO.PROMOTE",
+    entry: crate::entry_point!(echo_promote),
+    // not deny-oom: moving a job frees about what it uses
+    flags: c"write",
+    arity: -3,
+    keys: &[
+        KeyDoc {
+            at: KeyAt::Index(1),
+            flags: K::READ_WRITE.union(K::ACCESS).union(K::DELETE),
+        },
+        KeyDoc {
+            at: KeyAt::Index(2),
+            flags: K::READ_WRITE.union(K::INSERT),
+        },
+    ],
+    acl_categories: c"write sortedset list stream slow",
+    summary: c"Moves the due jobs of a schedule to a pending list or stream, earliest first.",
+    complexity: c"O(M*log(N)) with M the jobs moved and N the jobs in the schedule.",
+    tips: None,
+};
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
 #[inline(never)]

@@ -10,12 +10,31 @@
 //! Errors: argument errors from its grammar; `WRONGTYPE` for a non-sorted-set.
 //! Replication: none; read-only.
 
+use redis_module::commands::KeySpecFlags as K;
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::rules::buckets::{ceil_to_f64, edge_text};
 use crate::rules::errors::ReplyError;
 use crate::rules::grammar;
 use crate::server::keys::{Arg, Key, Kind};
+use crate::server::register::{Command, KeyAt, KeyDoc};
+
+/// ECHO.SPREAD's row of the command table.
+pub const COMMAND: Command = Command {
+    name: c"ECHO.SPREAD",
+    entry: crate::entry_point!(echo_spread),
+    flags: c"readonly",
+    arity: 5,
+    // counts only, never the members: RO without ACCESS, as ZCOUNT
+    keys: &[KeyDoc {
+        at: KeyAt::Index(1),
+        flags: K::READ_ONLY,
+    }],
+    acl_categories: c"read sortedset slow",
+    summary: c"Counts a schedule's jobs in equal time buckets.",
+    complexity: c"O(B*log(N)) with B the buckets and N the jobs in the schedule.",
+    tips: None,
+};
 
 // Kept out of line so profiles name each command (scripts/profile.sh).
 #[inline(never)]

@@ -160,6 +160,10 @@ pub fn parse_delay_request(policy: &[u8], attempts: &[u8]) -> Result<DelayReques
     Ok(DelayRequest { policy, attempts })
 }
 
+/// The most option words a valid ECHO.RETRY or ECHO.SCHEDULE call has:
+/// `NX|XX`, `GT|LT`, `MAXATTEMPTS n`, `DEAD dead`.
+pub const MAX_OPTION_WORDS: usize = 6;
+
 /// Whether ECHO.RETRY may add a new job or replace an existing one's score.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Presence {
