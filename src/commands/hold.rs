@@ -28,7 +28,8 @@ use redis_module::commands::KeySpecFlags as K;
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::engine::release;
-use crate::rules::grammar;
+use crate::rules::grammar::{canonical_u64, ArgError};
+use crate::rules::limiter::MAX_HOLD_MS;
 use crate::server::keys::Arg;
 use crate::server::register::{Command, KeyAt, KeyDoc};
 
@@ -55,6 +56,24 @@ pub fn echo_hold(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, ms] = args else {
         return Err(redis_module::RedisError::WrongArity);
     };
-    let ms = grammar::parse_hold_ms(ms.as_slice())?;
+    let ms = parse_hold_ms(ms.as_slice())?;
     release::hold(ctx, schedule, ms).map(RedisValue::Integer)
+}
+
+/// `ECHO.HOLD schedule ms`: the hold in ms, `0..=MAX_HOLD_MS`.
+fn parse_hold_ms(ms: &[u8]) -> Result<u64, ArgError> {
+    canonical_u64(ms, MAX_HOLD_MS).ok_or(ArgError::HoldMs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_arguments() {
+        assert_eq!(parse_hold_ms(b"0"), Ok(0));
+        assert_eq!(parse_hold_ms(b"86400000"), Ok(86_400_000));
+        assert_eq!(parse_hold_ms(b"86400001"), Err(ArgError::HoldMs));
+        assert_eq!(parse_hold_ms(b"1s"), Err(ArgError::HoldMs));
+    }
 }

@@ -27,7 +27,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::engine::mover::{self, TimeLimit};
 use crate::engine::stats;
-use crate::rules::grammar;
+use crate::rules::grammar::{canonical_u64, ArgError};
 use crate::server::clock;
 use crate::server::keys::Arg;
 use crate::server::register::{Command, KeyAt, KeyDoc};
@@ -62,7 +62,7 @@ pub fn echo_promote(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let options: Vec<&[u8]> = options.iter().map(Arg::as_slice).collect();
-    let limit = grammar::parse_promote_request(schedule.as_slice(), pending.as_slice(), &options)?;
+    let limit = parse_promote_request(schedule.as_slice(), pending.as_slice(), &options)?;
     let moved = mover::move_due(
         ctx,
         schedule,
@@ -79,4 +79,90 @@ pub fn echo_promote(ctx: &Context, args: &[Arg]) -> RedisResult {
     Ok(RedisValue::Integer(
         i64::try_from(moved.count).unwrap_or(i64::MAX),
     ))
+}
+
+/// Promote moves at most this many members when the call names no LIMIT.
+const DEFAULT_PROMOTE_LIMIT: u64 = 1000;
+
+/// ECHO.PROMOTE's keys and options: two distinct keys, then nothing or
+/// `LIMIT n`. Gives the limit.
+fn parse_promote_request(
+    schedule: &[u8],
+    pending: &[u8],
+    options: &[&[u8]],
+) -> Result<u64, ArgError> {
+    let limit = parse_promote_limit(options)?;
+    if schedule == pending {
+        return Err(ArgError::SameKey);
+    }
+    Ok(limit)
+}
+
+/// ECHO.PROMOTE's options after the two keys: nothing, or `LIMIT n`.
+fn parse_promote_limit(options: &[&[u8]]) -> Result<u64, ArgError> {
+    match options {
+        [] => Ok(DEFAULT_PROMOTE_LIMIT),
+        [keyword, n] if keyword.eq_ignore_ascii_case(b"LIMIT") => canonical_u64(n, i64::MAX as u64)
+            .filter(|&n| n >= 1)
+            .ok_or(ArgError::Limit),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promote_limit_and_keys() {
+        assert_eq!(
+            parse_promote_request(b"s", b"p", &[]),
+            Ok(DEFAULT_PROMOTE_LIMIT)
+        );
+        assert_eq!(
+            parse_promote_request(b"s", b"s", &[]),
+            Err(ArgError::SameKey)
+        );
+        // a malformed LIMIT is reported before the keys are compared
+        assert_eq!(
+            parse_promote_request(b"s", b"s", &[b"LIMIT"]),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(parse_promote_limit(&[]), Ok(DEFAULT_PROMOTE_LIMIT));
+        assert_eq!(parse_promote_limit(&[b"limit", b"5"]), Ok(5));
+        assert_eq!(
+            parse_promote_limit(&[b"LIMIT", b"9223372036854775807"]),
+            Ok(i64::MAX as u64)
+        );
+        assert_eq!(parse_promote_limit(&[b"LIMIT", b"0"]), Err(ArgError::Limit));
+        assert_eq!(
+            parse_promote_limit(&[b"LIMIT", b"-1"]),
+            Err(ArgError::Limit)
+        );
+        assert_eq!(parse_promote_limit(&[b"LIMIT"]), Err(ArgError::Syntax));
+        assert_eq!(
+            parse_promote_limit(&[b"COUNT", b"5"]),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_promote_limit(&[b"LIMIT", b"5", b"x"]),
+            Err(ArgError::Syntax)
+        );
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_promote_limit(&[b"LIMIT", &bytes]);
+            let _ = parse_promote_limit(&[&bytes]);
+        }
+    }
 }

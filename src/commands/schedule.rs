@@ -11,7 +11,10 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::engine::scheduling::schedule_after;
 use crate::engine::stats;
-use crate::rules::grammar::{self, ArgError, MAX_OPTION_WORDS};
+use crate::rules::grammar::{
+    canonical_u64, parse_retry_options, ArgError, RetryOptions, MAX_OPTION_WORDS,
+};
+use crate::rules::policy::MAX_MS;
 use crate::server::keys::{Arg, Key, Kind};
 use crate::server::register::{Command, KeyAt, KeyDoc};
 
@@ -44,10 +47,51 @@ pub fn echo_schedule(ctx: &Context, args: &[Arg]) -> RedisResult {
     for (word, option) in words.iter_mut().zip(options) {
         *word = option.as_slice();
     }
-    let (delay_ms, options) = grammar::parse_schedule_request(delay_ms.as_slice(), words)?;
+    let (delay_ms, options) = parse_schedule_request(delay_ms.as_slice(), words)?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
     let reply = schedule_after(&schedule_key, job, options, || delay_ms)?;
     stats::scheduled();
     Ok(RedisValue::Integer(reply))
+}
+
+/// `ECHO.SCHEDULE schedule job delay_ms [NX | XX] [GT | LT]`: the delay and
+/// the options, which are ECHO.RETRY's without dead-lettering.
+fn parse_schedule_request(
+    delay_ms: &[u8],
+    options: &[&[u8]],
+) -> Result<(u64, RetryOptions), ArgError> {
+    let delay_ms = canonical_u64(delay_ms, MAX_MS).ok_or(ArgError::DelayMs)?;
+    let parsed = parse_retry_options(options)?;
+    if parsed.dead_letter.is_some() {
+        return Err(ArgError::Syntax);
+    }
+    Ok((delay_ms, parsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_arguments() {
+        assert_eq!(parse_schedule_request(b"0", &[]).map(|r| r.0), Ok(0));
+        assert_eq!(
+            parse_schedule_request(b"10000000000000", &[b"NX"]).map(|r| r.0),
+            Ok(MAX_MS)
+        );
+        assert_eq!(
+            parse_schedule_request(b"10000000000001", &[]),
+            Err(ArgError::DelayMs)
+        );
+        assert_eq!(parse_schedule_request(b"-1", &[]), Err(ArgError::DelayMs));
+        assert_eq!(
+            parse_schedule_request(b"1", &[b"MAXATTEMPTS", b"1", b"DEAD", b"d"]),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_schedule_request(b"1", &[b"NX", b"XX"]),
+            Err(ArgError::Conflict("XX and NX"))
+        );
+    }
 }

@@ -13,9 +13,9 @@
 use redis_module::commands::KeySpecFlags as K;
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::rules::buckets::{ceil_to_f64, edge_text};
+use crate::rules::buckets::{ceil_to_f64, edge_text, SpreadRequest, MAX_SPREAD_BUCKETS};
 use crate::rules::errors::ReplyError;
-use crate::rules::grammar;
+use crate::rules::grammar::{canonical_i64, canonical_u64, ArgError};
 use crate::server::keys::{Arg, Key, Kind};
 use crate::server::register::{Command, KeyAt, KeyDoc};
 
@@ -42,8 +42,7 @@ pub fn echo_spread(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, start_ms, end_ms, buckets] = args else {
         return Err(RedisError::WrongArity);
     };
-    let request =
-        grammar::parse_spread_request(start_ms.as_slice(), end_ms.as_slice(), buckets.as_slice())?;
+    let request = parse_spread_request(start_ms.as_slice(), end_ms.as_slice(), buckets.as_slice())?;
     let kind = Key::open_read(ctx, schedule).kind();
     if kind != Kind::Missing && kind != Kind::SortedSet {
         return Err(RedisError::WrongType);
@@ -70,4 +69,78 @@ pub fn echo_spread(ctx: &Context, args: &[Arg]) -> RedisResult {
         counts.push(RedisValue::Integer(count));
     }
     Ok(RedisValue::Array(counts))
+}
+
+/// `start_ms end_ms buckets`: a window of the full i64 range, not empty, and
+/// `1..=MAX_SPREAD_BUCKETS` buckets.
+fn parse_spread_request(
+    start_ms: &[u8],
+    end_ms: &[u8],
+    buckets: &[u8],
+) -> Result<SpreadRequest, ArgError> {
+    let start_ms = canonical_i64(start_ms).ok_or(ArgError::SpreadBound("start_ms"))?;
+    let end_ms = canonical_i64(end_ms).ok_or(ArgError::SpreadBound("end_ms"))?;
+    let buckets = canonical_u64(buckets, MAX_SPREAD_BUCKETS)
+        .filter(|&b| b >= 1)
+        .ok_or(ArgError::Buckets)?;
+    if end_ms <= start_ms {
+        return Err(ArgError::SpreadEmptyRange);
+    }
+    Ok(SpreadRequest {
+        start_ms,
+        end_ms,
+        buckets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_windows_are_read_in_the_full_i64_range() {
+        assert_eq!(
+            parse_spread_request(b"-9223372036854775808", b"9223372036854775807", b"10000"),
+            Ok(SpreadRequest {
+                start_ms: i64::MIN,
+                end_ms: i64::MAX,
+                buckets: 10_000
+            })
+        );
+        assert_eq!(
+            parse_spread_request(b"5", b"5", b"1"),
+            Err(ArgError::SpreadEmptyRange)
+        );
+        assert_eq!(
+            parse_spread_request(b"0", b"5", b"0"),
+            Err(ArgError::Buckets)
+        );
+        assert_eq!(
+            parse_spread_request(b"0", b"5", b"10001"),
+            Err(ArgError::Buckets)
+        );
+        assert_eq!(
+            parse_spread_request(b"x", b"5", b"1"),
+            Err(ArgError::SpreadBound("start_ms"))
+        );
+        assert_eq!(
+            parse_spread_request(b"0", b"5.0", b"1"),
+            Err(ArgError::SpreadBound("end_ms"))
+        );
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_spread_request(&bytes, &bytes, &bytes);
+        }
+    }
 }

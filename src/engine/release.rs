@@ -19,8 +19,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use redis_module::{Context, RedisError};
 
 use crate::engine::stats;
+use crate::rules::configs;
 use crate::rules::errors::ReplyError;
-use crate::rules::grammar;
 use crate::rules::limiter::{self, Adaptive, Limit, Limits};
 use crate::rules::slots;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
@@ -110,7 +110,7 @@ impl StringConfig for ReleaseLimits {
     }
 
     fn set(value: &[u8]) -> Result<(), String> {
-        let specs = grammar::parse_release_limits(value).map_err(|why| why.to_string())?;
+        let specs = configs::parse_release_limits(value).map_err(|why| why.to_string())?;
         let mut state = state();
         state.text = value.to_vec();
         state.limits.configure(specs, now_ms());

@@ -27,8 +27,8 @@ use redis_module::{Context, RedisError};
 
 use crate::engine::mover::{self, Moved, TimeLimit};
 use crate::engine::{imports, release, stats};
+use crate::rules::configs::{self, Pair};
 use crate::rules::errors::{PAIR_CROSSSLOT, PAIR_FAILED, PAIR_WRONGTYPE};
-use crate::rules::grammar::{self, Pair};
 use crate::rules::slots;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::OwnedName;
@@ -157,7 +157,7 @@ impl StringConfig for Pairs {
 
     fn set(value: &[u8]) -> Result<(), String> {
         let mut state = state();
-        match grammar::parse_pairs(value) {
+        match configs::parse_pairs(value) {
             Ok(pairs) => {
                 let now_ms = clock::wall_ms();
                 // A pair listed before keeps the moment it was first listed.

@@ -5,6 +5,7 @@
 //! rule without a server. Nothing here imports another layer.
 
 pub mod buckets;
+pub mod configs;
 pub mod errors;
 pub mod grammar;
 pub mod limiter;
