@@ -21,7 +21,7 @@ use redis_module::{Context, RedisError};
 use crate::engine::stats;
 use crate::rules::configs;
 use crate::rules::errors::ReplyError;
-use crate::rules::limiter::{self, Adaptive, Limit, Limits};
+use crate::rules::limiter::{self, Adaptive, Limit, LimitKind, Limits};
 use crate::rules::slots;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::{Arg, Key, Kind, OwnedName};
@@ -280,7 +280,7 @@ pub fn snapshot(ctx: &Context, schedule: &[u8]) -> Snapshot {
             rate_per_second: limit.spec().rate.per_second(),
             in_force_per_second: limit.in_force_per_second(),
             burst: limit.spec().burst,
-            adaptive: limit.spec().rate.adaptive,
+            adaptive: limit.spec().rate.kind == LimitKind::Adaptive,
             available: if held_until_ms.is_some() {
                 0
             } else {

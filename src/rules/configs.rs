@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use crate::rules::errors::{LimitsError, PairsError};
 use crate::rules::grammar::{canonical_u64, quoted};
-use crate::rules::limiter::{LimitSpec, Rate, MAX_BURST, MAX_RATE};
+use crate::rules::limiter::{LimitKind, LimitSpec, Rate, MAX_BURST, MAX_RATE};
 
 /// One `schedule pending` pair of `echomq.auto-promote`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,10 +48,13 @@ pub fn parse_pairs(text: &[u8]) -> Result<Vec<Pair>, PairsError> {
 /// `1..=MAX_RATE`), or `adaptive:` and such a rate, the ceiling. Names and
 /// units in any case.
 pub fn parse_rate(word: &[u8]) -> Option<Rate> {
-    let (adaptive, rest) = match word.get(..9) {
-        Some(prefix) if prefix.eq_ignore_ascii_case(b"adaptive:") => (true, &word[9..]),
-        _ => (false, word),
-    };
+    // The first kind whose prefix starts the word (the fixed kind's is empty).
+    let (kind, rest) = LimitKind::ALL.into_iter().find_map(|kind| {
+        let prefix = kind.prefix().as_bytes();
+        word.get(..prefix.len())
+            .filter(|start| start.eq_ignore_ascii_case(prefix))
+            .map(|_| (kind, &word[prefix.len()..]))
+    })?;
     let slash = rest.iter().position(|&b| b == b'/')?;
     let n = canonical_u64(&rest[..slash], MAX_RATE).filter(|&n| n >= 1)?;
     let period_ms = match &rest[slash + 1..] {
@@ -60,11 +63,7 @@ pub fn parse_rate(word: &[u8]) -> Option<Rate> {
         [b'h' | b'H'] => 3_600_000,
         _ => return None,
     };
-    Some(Rate {
-        n,
-        period_ms,
-        adaptive,
-    })
+    Some(Rate { n, period_ms, kind })
 }
 
 /// Reads `echomq.release-limits`: words separated by whitespace, taken three
@@ -97,6 +96,16 @@ pub fn parse_release_limits(text: &[u8]) -> Result<Vec<LimitSpec>, LimitsError> 
     Ok(specs)
 }
 
+/// The kind a test's `adaptive` flag names.
+#[cfg(test)]
+fn kind(adaptive: bool) -> LimitKind {
+    if adaptive {
+        LimitKind::Adaptive
+    } else {
+        LimitKind::Fixed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,7 +117,7 @@ mod tests {
             rate: Rate {
                 n,
                 period_ms,
-                adaptive,
+                kind: kind(adaptive),
             },
             burst,
         };
@@ -252,7 +261,7 @@ mod properties {
                 }
                 want.push(LimitSpec {
                     schedule: schedule.into_bytes(),
-                    rate: Rate { n, period_ms, adaptive },
+                    rate: Rate { n, period_ms, kind: kind(adaptive) },
                     burst,
                 });
             }
