@@ -11,12 +11,12 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::rules::grammar;
 use crate::server::keys::Arg;
-use crate::server::register::Command;
+use crate::server::register::{entry_point, Command};
 
 /// ECHO.DELAY's row of the command table.
 pub const COMMAND: Command = Command {
     name: c"ECHO.DELAY",
-    entry: crate::entry_point!(echo_delay),
+    entry: entry_point!(echo_delay),
     flags: c"readonly fast",
     arity: 3,
     keys: &[],

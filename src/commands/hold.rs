@@ -31,12 +31,12 @@ use crate::engine::release;
 use crate::rules::grammar::{canonical_u64, ArgError};
 use crate::rules::limiter::MAX_HOLD_MS;
 use crate::server::keys::Arg;
-use crate::server::register::{Command, KeyAt, KeyDoc};
+use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
 
 /// ECHO.HOLD's row of the command table.
 pub const COMMAND: Command = Command {
     name: c"ECHO.HOLD",
-    entry: crate::entry_point!(echo_hold),
+    entry: entry_point!(echo_hold),
     // write: routed to the owner and refused by a replica, though it
     // writes no key; not deny-oom, it frees the dependency, not memory
     flags: c"write fast",

@@ -16,13 +16,13 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::engine::release;
 use crate::server::keys::Arg;
-use crate::server::register::{Command, KeyAt, KeyDoc};
+use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
 use crate::server::reply::{self, Field};
 
 /// ECHO.LIMITS's row of the command table.
 pub const COMMAND: Command = Command {
     name: c"ECHO.LIMITS",
-    entry: crate::entry_point!(echo_limits),
+    entry: entry_point!(echo_limits),
     flags: c"readonly fast",
     arity: 2,
     keys: &[KeyDoc {

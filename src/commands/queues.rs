@@ -14,12 +14,12 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::engine::ticker;
 use crate::server::keys::Arg;
-use crate::server::register::Command;
+use crate::server::register::{entry_point, Command};
 
 /// ECHO.QUEUES's row of the command table.
 pub const COMMAND: Command = Command {
     name: c"ECHO.QUEUES",
-    entry: crate::entry_point!(echo_queues),
+    entry: entry_point!(echo_queues),
     flags: c"readonly fast",
     arity: 1,
     keys: &[],

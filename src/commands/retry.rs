@@ -34,7 +34,7 @@ use crate::engine::{release, stats};
 use crate::rules::grammar::{self, ArgError, MAX_OPTION_WORDS};
 use crate::server::context;
 use crate::server::keys::{Arg, Key, Kind};
-use crate::server::register::{Command, KeyAt, KeyDoc};
+use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
 
 /// The argument index of the first option (after `attempts`).
 const FIRST_OPTION: usize = 5;
@@ -44,7 +44,7 @@ const DEAD_LETTERED: i64 = -1;
 /// ECHO.RETRY's row of the command table.
 pub const COMMAND: Command = Command {
     name: c"ECHO.RETRY",
-    entry: crate::entry_point!(echo_retry),
+    entry: entry_point!(echo_retry),
     // getkeys-api: cluster routing learns of the optional dead key from
     // the command itself (it reads only the fixed key range otherwise)
     flags: c"write deny-oom fast getkeys-api",

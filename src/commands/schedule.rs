@@ -16,12 +16,12 @@ use crate::rules::grammar::{
 };
 use crate::rules::policy::MAX_MS;
 use crate::server::keys::{Arg, Key, Kind};
-use crate::server::register::{Command, KeyAt, KeyDoc};
+use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
 
 /// ECHO.SCHEDULE's row of the command table.
 pub const COMMAND: Command = Command {
     name: c"ECHO.SCHEDULE",
-    entry: crate::entry_point!(echo_schedule),
+    entry: entry_point!(echo_schedule),
     flags: c"write deny-oom fast",
     arity: -4,
     keys: &[KeyDoc {

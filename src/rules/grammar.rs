@@ -623,12 +623,29 @@ mod tests {
     }
 }
 
+/// Runs `check` on arbitrary byte strings (up to 64 bytes, as many cases as
+/// the grammar's own properties): for a command's grammar, beside its
+/// handler, to show it refuses or takes any bytes and never panics.
+#[cfg(test)]
+pub fn never_panics(check: impl Fn(&[u8])) {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config::with_cases(properties::CASES));
+    let bytes = proptest::collection::vec(any::<u8>(), 0..64);
+    runner
+        .run(&bytes, |bytes| {
+            check(&bytes);
+            Ok(())
+        })
+        .unwrap();
+}
+
 #[cfg(test)]
 mod properties {
     use super::*;
     use proptest::prelude::*;
 
-    const CASES: u32 = 4096;
+    pub const CASES: u32 = 4096;
 
     /// A policy from the grammar, rendered with names in random case.
     fn policy_text() -> impl Strategy<Value = (String, Policy)> {

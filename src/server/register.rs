@@ -71,7 +71,6 @@ pub struct Command {
 /// The server's entry point for a `Handler`: views argv without copying,
 /// runs the handler, shows its result to the hook handed to `register`,
 /// replies.
-#[macro_export]
 macro_rules! entry_point {
     ($handler:path) => {{
         unsafe extern "C" fn entry(
@@ -88,6 +87,7 @@ macro_rules! entry_point {
         entry
     }};
 }
+pub(crate) use entry_point;
 
 /// Shows a handler's result to the hook, then replies with it.
 pub fn finish(ctx: &Context, result: RedisResult) -> c_int {
