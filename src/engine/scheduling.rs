@@ -8,7 +8,7 @@ use crate::server::clock;
 use crate::server::keys::{Arg, Key, Kind, Zadd, ZaddIf};
 
 /// The reply for `XX` when the job is not in the schedule.
-pub const NOT_SCHEDULED: i64 = -2;
+const NOT_SCHEDULED: i64 = -2;
 
 /// The write ECHO.RETRY and ECHO.SCHEDULE share: `job` at `now_ms +
 /// delay_ms()` under the options' condition. The reply: the fire time in the
