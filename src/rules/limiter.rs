@@ -248,8 +248,9 @@ impl Limit {
         decreased
     }
 
-    /// Closes the window if it is over, applying the adaptive rule: whether
-    /// the rate in force decreased.
+    /// Closes the window if it is over, applying the rule of the limit's
+    /// kind (`LimitKind::after_window`: the AIMD rule for an adaptive one):
+    /// whether the rate in force decreased.
     pub fn roll(&mut self, now_ms: i64, adaptive: Adaptive) -> bool {
         let window_ms = i64::try_from(adaptive.window_ms).unwrap_or(i64::MAX);
         if now_ms.saturating_sub(self.window_start_ms) < window_ms {
