@@ -11,11 +11,30 @@
 //! Reply: a map (RESP3) or a flat field/value array (RESP2).
 //! Replication: none; read-only.
 
+use redis_module::commands::KeySpecFlags as K;
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::release;
+use crate::engine::release;
 use crate::server::keys::Arg;
+use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
 use crate::server::reply::{self, Field};
+
+/// ECHO.LIMITS's row of the command table.
+pub const COMMAND: Command = Command {
+    name: c"ECHO.LIMITS",
+    entry: entry_point!(echo_limits),
+    flags: c"readonly fast",
+    arity: 2,
+    keys: &[KeyDoc {
+        at: KeyAt::Index(1),
+        flags: K::READ_ONLY,
+    }],
+    acl_categories: c"read sortedset fast",
+    summary:
+        c"The release limit of a schedule: rates, burst, what it allows now, its hold and counts.",
+    complexity: c"O(log(N)) with N the number of limited and held schedules.",
+    tips: Some(c"nondeterministic_output"),
+};
 
 pub fn echo_limits(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule] = args else {

@@ -12,14 +12,29 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::auto_promote;
+use crate::engine::ticker;
 use crate::server::keys::Arg;
+use crate::server::register::{entry_point, Command};
+
+/// ECHO.QUEUES's row of the command table.
+pub const COMMAND: Command = Command {
+    name: c"ECHO.QUEUES",
+    entry: entry_point!(echo_queues),
+    flags: c"readonly fast",
+    arity: 1,
+    keys: &[],
+    acl_categories: c"read fast",
+    summary:
+        c"Lists the schedule and pending pairs the server promotes itself (echomq.auto-promote).",
+    complexity: c"O(N) with N the configured pairs.",
+    tips: None,
+};
 
 pub fn echo_queues(_ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 1 {
         return Err(RedisError::WrongArity);
     }
-    let pairs = auto_promote::pairs()
+    let pairs = ticker::pairs()
         .into_iter()
         .map(|pair| {
             RedisValue::Array(vec![

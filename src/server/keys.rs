@@ -17,7 +17,7 @@ use std::ptr;
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use redis_module::{Context, RedisError};
 
-use crate::errors::ReplyError;
+use crate::rules::errors::ReplyError;
 
 /// The key types the commands distinguish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

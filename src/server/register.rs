@@ -10,15 +10,25 @@
 use std::ffi::CStr;
 use std::os::raw::c_int;
 use std::ptr;
+use std::sync::OnceLock;
 
 use redis_module::commands::{get_redis_key_spec, BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 use redis_module::{raw, Context, RedisError, RedisResult};
 
-use crate::errors;
+use crate::rules::errors;
 use crate::server::keys::Arg;
 
 /// A command handler: the running command's arguments, its reply.
 pub type Handler = fn(&Context, &[Arg]) -> RedisResult;
+
+/// Sees each handler's result before it becomes the reply (the module counts
+/// its error replies so): handed in by `register`, so this floor names
+/// nothing above it.
+pub type OnResult = fn(&RedisResult);
+
+/// The hook `register` was given. Set at the first load; a load of the same
+/// library after `MODULE UNLOAD` hands in the same function.
+static ON_RESULT: OnceLock<OnResult> = OnceLock::new();
 
 /// Where a key argument is.
 pub enum KeyAt {
@@ -59,8 +69,8 @@ pub struct Command {
 }
 
 /// The server's entry point for a `Handler`: views argv without copying,
-/// runs the handler, counts an error reply, replies.
-#[macro_export]
+/// runs the handler, shows its result to the hook handed to `register`,
+/// replies.
 macro_rules! entry_point {
     ($handler:path) => {{
         unsafe extern "C" fn entry(
@@ -72,18 +82,26 @@ macro_rules! entry_point {
             // SAFETY: the server passes the running command's own arguments.
             let args = unsafe { $crate::server::keys::Arg::from_argv(argv, argc) };
             let handler: $crate::server::register::Handler = $handler;
-            let result = $crate::stats::counted(handler(&context, args));
-            $crate::server::register::reply(&context, result)
+            $crate::server::register::finish(&context, handler(&context, args))
         }
         entry
     }};
+}
+pub(crate) use entry_point;
+
+/// Shows a handler's result to the hook, then replies with it.
+pub fn finish(ctx: &Context, result: RedisResult) -> c_int {
+    if let Some(on_result) = ON_RESULT.get() {
+        on_result(&result);
+    }
+    reply(ctx, result)
 }
 
 /// Replies with a handler's result. An error text passes through
 /// `errors::printable` first: the SDK turns it into a C string by casting
 /// each character to a byte, so a character such as U+0100 would become a
 /// NUL and panic inside the SDK (aborting the server).
-pub fn reply(ctx: &Context, result: RedisResult) -> c_int {
+fn reply(ctx: &Context, result: RedisResult) -> c_int {
     let result = result.map_err(|e| match e {
         RedisError::String(text) => RedisError::String(errors::printable(&text)),
         other => other,
@@ -121,10 +139,12 @@ static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleComman
     sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
 };
 
-/// Creates every command of `table`. Fails the load if the server refuses
-/// any part: a module whose arity the server does not check would answer
+/// Creates every command of `table`, each handler's result shown to
+/// `on_result` before the reply. Fails the load if the server refuses any
+/// part: a module whose arity the server does not check would answer
 /// differently inside MULTI.
-pub fn register(ctx: &Context, table: &[Command]) -> Result<(), String> {
+pub fn register(ctx: &Context, table: &[Command], on_result: OnResult) -> Result<(), String> {
+    ON_RESULT.get_or_init(|| on_result);
     // SAFETY: pointers set once at load; all but the ACL one checked then.
     let (create, get_command, set_info, set_acl) = unsafe {
         (

@@ -2,7 +2,7 @@
 //! and the timer that runs ticks.
 //!
 //! A tick serves the configured pairs in order, each with exactly what
-//! `ECHO.PROMOTE schedule pending LIMIT limit` does (`promotion::move_due`),
+//! `ECHO.PROMOTE schedule pending LIMIT limit` does (`mover::move_due`),
 //! within a time budget of `PAIR_BUDGET` per pair. A timer callback serves
 //! pairs until about `PAIR_BUDGET` has passed and leaves the rest to the
 //! next callback, which the event loop runs after the clients that are
@@ -25,15 +25,15 @@ use std::time::{Duration, Instant};
 
 use redis_module::{Context, RedisError};
 
-use crate::cluster;
-use crate::errors::{PAIR_CROSSSLOT, PAIR_FAILED, PAIR_WRONGTYPE};
-use crate::parse::{self, Pair};
-use crate::promotion::{self, Moved, TimeLimit};
+use crate::engine::mover::{self, Moved, TimeLimit};
+use crate::engine::{imports, release, stats};
+use crate::rules::configs::{self, Pair};
+use crate::rules::errors::{PAIR_CROSSSLOT, PAIR_FAILED, PAIR_WRONGTYPE};
+use crate::rules::slots;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::OwnedName;
 use crate::server::timer::{self, OnTimer, TimerId};
 use crate::server::{clock, context, events, log};
-use crate::{release, stats};
 
 pub const DEFAULT_INTERVAL_MS: i64 = 10;
 pub const MAX_INTERVAL_MS: i64 = 60_000;
@@ -157,7 +157,7 @@ impl StringConfig for Pairs {
 
     fn set(value: &[u8]) -> Result<(), String> {
         let mut state = state();
-        match parse::parse_pairs(value) {
+        match configs::parse_pairs(value) {
             Ok(pairs) => {
                 let now_ms = clock::wall_ms();
                 // A pair listed before keeps the moment it was first listed.
@@ -280,7 +280,7 @@ fn serve_and_count(
     cursor: usize,
     pair: &Pair,
     limit: i64,
-    own_slots: &mut Option<cluster::Slots>,
+    own_slots: &mut Option<slots::Slots>,
 ) {
     match serve(ctx, pair, limit, own_slots) {
         Ok(Some(moved)) => {
@@ -343,19 +343,19 @@ fn serve(
     ctx: &Context,
     pair: &Pair,
     limit: i64,
-    own_slots: &mut Option<cluster::Slots>,
+    own_slots: &mut Option<slots::Slots>,
 ) -> Result<Option<Moved>, &'static str> {
     if context::in_cluster(ctx) {
-        let slot = cluster::key_slot(&pair.schedule);
-        if cluster::key_slot(&pair.pending) != slot {
+        let slot = slots::key_slot(&pair.schedule);
+        if slots::key_slot(&pair.pending) != slot {
             return Err(PAIR_CROSSSLOT);
         }
         // Read once per callback: a slot can start migrating between two.
-        let own = own_slots
-            .get_or_insert_with(|| cluster::stable_own_slots(&context::cluster_nodes(ctx)));
+        let own =
+            own_slots.get_or_insert_with(|| slots::stable_own_slots(&context::cluster_nodes(ctx)));
         // An atomic migration's target holds the keys before the slot is its
         // own: it never acts on a slot it is importing.
-        if !own.contains(slot) || cluster::importing(slot) {
+        if !own.contains(slot) || imports::importing(slot) {
             return Ok(None);
         }
     }
@@ -364,7 +364,7 @@ fn serve(
     context::select_db(ctx, 0);
     let schedule = OwnedName::new(ctx, &pair.schedule);
     let pending = OwnedName::new(ctx, &pair.pending);
-    match promotion::move_due(
+    match mover::move_due(
         ctx,
         schedule.arg(),
         pending.arg(),

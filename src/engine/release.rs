@@ -1,6 +1,6 @@
 //! Release limits and holds in the server: the `echomq.release-limits` and
 //! `echomq.adaptive-*` configs, the one table of limits that every release
-//! from a schedule passes (`promotion::move_due`, shared by ECHO.PROMOTE and
+//! from a schedule passes (`mover::move_due`, shared by ECHO.PROMOTE and
 //! the timer), that ECHO.RETRY reports failures to and ECHO.LIMITS reads,
 //! and the holds ECHO.HOLD writes.
 //!
@@ -18,14 +18,14 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redis_module::{Context, RedisError};
 
-use crate::cluster;
-use crate::errors::ReplyError;
-use crate::limits::{self, Adaptive, Limit, Limits};
-use crate::parse;
+use crate::engine::stats;
+use crate::rules::configs;
+use crate::rules::errors::ReplyError;
+use crate::rules::limiter::{self, Adaptive, Limit, LimitKind, Limits};
+use crate::rules::slots;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::{Arg, Key, Kind, OwnedName};
 use crate::server::{clock, context};
-use crate::stats;
 
 pub const DEFAULT_WINDOW_MS: i64 = 200;
 pub const MIN_WINDOW_MS: i64 = 10;
@@ -110,7 +110,7 @@ impl StringConfig for ReleaseLimits {
     }
 
     fn set(value: &[u8]) -> Result<(), String> {
-        let specs = parse::parse_release_limits(value).map_err(|why| why.to_string())?;
+        let specs = configs::parse_release_limits(value).map_err(|why| why.to_string())?;
         let mut state = state();
         state.text = value.to_vec();
         state.limits.configure(specs, now_ms());
@@ -202,8 +202,8 @@ pub const HOLD_SUFFIX: &[u8] = b":echomq-hold";
 /// The name of `schedule`'s hold key: `None` in a cluster when it could not
 /// share the schedule's slot (a `}` in a name without a hash tag).
 fn hold_key(ctx: &Context, schedule: &[u8]) -> Option<Vec<u8>> {
-    let name = cluster::derived_key(schedule, HOLD_SUFFIX);
-    if context::in_cluster(ctx) && cluster::key_slot(&name) != cluster::key_slot(schedule) {
+    let name = slots::derived_key(schedule, HOLD_SUFFIX);
+    if context::in_cluster(ctx) && slots::key_slot(&name) != slots::key_slot(schedule) {
         return None;
     }
     Some(name)
@@ -237,7 +237,7 @@ pub fn hold(ctx: &Context, schedule: &Arg, ms: u64) -> Result<i64, RedisError> {
     }
     let now_ms = now_ms();
     let in_force = key.string_i64().filter(|&until| until > now_ms);
-    let Some(until) = limits::hold_until(in_force, ms, now_ms) else {
+    let Some(until) = limiter::hold_until(in_force, ms, now_ms) else {
         return Ok(in_force.unwrap_or(0));
     };
     if in_force.is_none()
@@ -280,7 +280,7 @@ pub fn snapshot(ctx: &Context, schedule: &[u8]) -> Snapshot {
             rate_per_second: limit.spec().rate.per_second(),
             in_force_per_second: limit.in_force_per_second(),
             burst: limit.spec().burst,
-            adaptive: limit.spec().rate.adaptive,
+            adaptive: limit.spec().rate.kind == LimitKind::Adaptive,
             available: if held_until_ms.is_some() {
                 0
             } else {

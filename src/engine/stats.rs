@@ -100,13 +100,12 @@ pub fn reset() {
     }
 }
 
-/// Passes a handler's result through, counting the error replies the module
-/// itself makes.
-pub fn counted(result: RedisResult) -> RedisResult {
+/// Sees each handler's result (handed to the command table at load),
+/// counting the error replies the module itself makes.
+pub fn count_result(result: &RedisResult) {
     if result.is_err() {
         ERRORS.fetch_add(1, Relaxed);
     }
-    result
 }
 
 /// The module's `INFO` section, whose fields the server prefixes with
@@ -133,6 +132,6 @@ impl InfoSection for Info {
             section.field(name, counter.load(Relaxed));
         }
         // A gauge, not a counter: whether maxmemory-policy spares queue keys.
-        section.field(c"eviction_policy_safe", crate::eviction::safe());
+        section.field(c"eviction_policy_safe", crate::engine::eviction::safe());
     }
 }

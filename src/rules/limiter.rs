@@ -34,8 +34,60 @@ pub const MAX_HOLD_MS: u64 = 86_400_000;
 pub struct Rate {
     pub n: u64,
     pub period_ms: u64,
-    /// `adaptive:<rate>`: `n / period` is the ceiling.
-    pub adaptive: bool,
+    pub kind: LimitKind,
+}
+
+/// The kinds of limit: how the rate in force follows the configured one. A
+/// new algorithm is a new variant with its word in `prefix` and its rule in
+/// `on_respec` and `after_window`; the limiter branches nowhere else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitKind {
+    /// `<rate>`: the rate in force is the configured one, always.
+    Fixed,
+    /// `adaptive:<rate>`: `n / period` is the ceiling; the AIMD rule
+    /// (`adapt`) moves the rate in force below it, window by window.
+    Adaptive,
+}
+
+impl LimitKind {
+    /// Every kind, in the order the grammar tries their prefixes (the empty
+    /// one last).
+    pub const ALL: [LimitKind; 2] = [LimitKind::Adaptive, LimitKind::Fixed];
+
+    /// The word that starts a rate of this kind in `echomq.release-limits`
+    /// (any case).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            LimitKind::Fixed => "",
+            LimitKind::Adaptive => "adaptive:",
+        }
+    }
+
+    /// The rate in force when a limit of this kind takes a changed spec whose
+    /// ceiling is `ceiling`, the limit having been of kind `before` with
+    /// `in_force`: an adaptive limit that stays adaptive keeps what it had
+    /// learnt (capped by the new ceiling); any other starts at the ceiling.
+    fn on_respec(self, before: LimitKind, in_force: u128, ceiling: u128) -> u128 {
+        match (self, before) {
+            (LimitKind::Adaptive, LimitKind::Adaptive) => in_force.min(ceiling),
+            _ => ceiling,
+        }
+    }
+
+    /// The rate in force after a window that saw `window`, and whether it
+    /// was a decrease: `None` when this kind never changes it.
+    fn after_window(
+        self,
+        in_force: u128,
+        ceiling: u128,
+        window: Window,
+        failure_percent: u64,
+    ) -> Option<(u128, bool)> {
+        match self {
+            LimitKind::Fixed => None,
+            LimitKind::Adaptive => Some(adapt(in_force, ceiling, window, failure_percent)),
+        }
+    }
 }
 
 impl Rate {
@@ -132,11 +184,10 @@ impl Limit {
     /// from the next one on.
     pub fn respec(&mut self, spec: LimitSpec, now_ms: i64) {
         let ceiling = u128::from(spec.rate.n) * SCALE;
-        let in_force = if spec.rate.adaptive && self.spec.rate.adaptive {
-            self.in_force.min(ceiling)
-        } else {
-            ceiling
-        };
+        let in_force = spec
+            .rate
+            .kind
+            .on_respec(self.spec.rate.kind, self.in_force, ceiling);
         self.rescale(in_force, spec.rate.period_ms, spec.burst, now_ms);
         self.spec = spec;
     }
@@ -197,8 +248,9 @@ impl Limit {
         decreased
     }
 
-    /// Closes the window if it is over, applying the adaptive rule: whether
-    /// the rate in force decreased.
+    /// Closes the window if it is over, applying the rule of the limit's
+    /// kind (`LimitKind::after_window`: the AIMD rule for an adaptive one):
+    /// whether the rate in force decreased.
     pub fn roll(&mut self, now_ms: i64, adaptive: Adaptive) -> bool {
         let window_ms = i64::try_from(adaptive.window_ms).unwrap_or(i64::MAX);
         if now_ms.saturating_sub(self.window_start_ms) < window_ms {
@@ -206,11 +258,15 @@ impl Limit {
         }
         let window = std::mem::take(&mut self.window);
         self.window_start_ms = now_ms;
-        if !self.spec.rate.adaptive {
-            return false;
-        }
         let ceiling = u128::from(self.spec.rate.n) * SCALE;
-        let (in_force, decreased) = adapt(self.in_force, ceiling, window, adaptive.failure_percent);
+        let Some((in_force, decreased)) = self.spec.rate.kind.after_window(
+            self.in_force,
+            ceiling,
+            window,
+            adaptive.failure_percent,
+        ) else {
+            return false;
+        };
         self.rescale(in_force, self.spec.rate.period_ms, self.spec.burst, now_ms);
         decreased
     }
@@ -323,7 +379,11 @@ mod tests {
             rate: Rate {
                 n,
                 period_ms,
-                adaptive,
+                kind: if adaptive {
+                    LimitKind::Adaptive
+                } else {
+                    LimitKind::Fixed
+                },
             },
             burst,
         }

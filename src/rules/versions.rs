@@ -1,12 +1,9 @@
-//! Which server the module runs in, read once at load from the server's own
-//! `INFO server`: Valkey reports `valkey_version` (and `server_name:valkey`),
-//! Redis only `redis_version`. `RedisModule_GetServerVersion` cannot tell the
-//! two apart: Valkey returns its own version there (9.1.2 is 0x090102), so a
-//! Redis 8 and a Valkey 8 look the same.
-
-use redis_module::Context;
-
-use crate::server::events;
+//! Which server the module runs in, told from two fields of the server's own
+//! `INFO server` (read once at load, by `lib.rs`): Valkey reports
+//! `valkey_version` (and `server_name:valkey`), Redis only `redis_version`.
+//! `RedisModule_GetServerVersion` cannot tell the two apart: Valkey returns
+//! its own version there (9.1.2 is 0x090102), so a Redis 8 and a Valkey 8
+//! look the same. Pure: the fields come in as text.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Server {
@@ -22,14 +19,8 @@ pub struct Version {
     pub patch: u32,
 }
 
-/// The server this module was loaded into.
-pub fn detect(ctx: &Context) -> Server {
-    let valkey = events::server_info_field(ctx, c"server", c"valkey_version");
-    let redis = events::server_info_field(ctx, c"server", c"redis_version");
-    classify(valkey.as_deref(), redis.as_deref())
-}
-
-fn classify(valkey_version: Option<&str>, redis_version: Option<&str>) -> Server {
+/// The server that reports these `INFO server` fields.
+pub fn classify(valkey_version: Option<&str>, redis_version: Option<&str>) -> Server {
     match (valkey_version, redis_version) {
         (Some(v), _) => parse(v).map_or(Server::Unknown, Server::Valkey),
         (None, Some(v)) => parse(v).map_or(Server::Unknown, Server::Redis),

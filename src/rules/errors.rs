@@ -5,9 +5,9 @@ use std::fmt;
 
 use redis_module::RedisError;
 
-use crate::buckets::MAX_SPREAD_BUCKETS;
-use crate::limits::{MAX_BURST, MAX_HOLD_MS, MAX_RATE};
-use crate::policy::{MAX_JITTER_LAYERS, MAX_MS};
+use crate::rules::buckets::MAX_SPREAD_BUCKETS;
+use crate::rules::limiter::{MAX_BURST, MAX_HOLD_MS, MAX_RATE};
+use crate::rules::policy::{MAX_JITTER_LAYERS, MAX_MS};
 
 /// Said by ECHO.PROMOTE and by the auto-promote config alike.
 const SAME_KEYS: &str = "schedule and pending must be different keys";

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use redis_module::{Context, RedisError};
 
-use crate::errors::ReplyError;
-use crate::release;
+use crate::engine::release;
+use crate::rules::errors::ReplyError;
 use crate::server::keys::{Arg, Key, Kind};
 
 /// How long one move may hold the server: unbounded for a client's

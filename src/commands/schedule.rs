@@ -1,0 +1,97 @@
+//! `ECHO.SCHEDULE schedule job delay_ms [NX | XX] [GT | LT]`
+//!
+//! A run that is not a failure (a producer's delayed first run, a job
+//! re-queued by hand): exactly `ECHO.RETRY schedule job fixed:<delay_ms> 1`
+//! with the same options (validation, write, reply, events, replication),
+//! but counted in `echomq_scheduled`, not as a retry, and never as a failure
+//! of an adaptive release limit. `delay_ms` is `0..=10000000000000`.
+
+use redis_module::commands::KeySpecFlags as K;
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
+
+use crate::engine::scheduling::schedule_after;
+use crate::engine::stats;
+use crate::rules::grammar::{
+    canonical_u64, parse_retry_options, ArgError, RetryOptions, MAX_OPTION_WORDS,
+};
+use crate::rules::policy::MAX_MS;
+use crate::server::keys::{Arg, Key, Kind};
+use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
+
+/// ECHO.SCHEDULE's row of the command table.
+pub const COMMAND: Command = Command {
+    name: c"ECHO.SCHEDULE",
+    entry: entry_point!(echo_schedule),
+    flags: c"write deny-oom fast",
+    arity: -4,
+    keys: &[KeyDoc {
+        at: KeyAt::Index(1),
+        flags: K::READ_WRITE.union(K::UPDATE),
+    }],
+    acl_categories: c"write sortedset fast",
+    summary: c"Adds a job to a schedule at now plus a delay: a run that is not a failure.",
+    complexity: c"O(log(N)) with N the number of jobs in the schedule.",
+    tips: None,
+};
+
+// Kept out of line so profiles name each command (scripts/profile.sh).
+#[inline(never)]
+pub fn echo_schedule(ctx: &Context, args: &[Arg]) -> RedisResult {
+    let [_, schedule, job, delay_ms, options @ ..] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let mut buffer: [&[u8]; MAX_OPTION_WORDS] = [&[]; MAX_OPTION_WORDS];
+    let Some(words) = buffer.get_mut(..options.len()) else {
+        return Err(ArgError::Syntax.into());
+    };
+    for (word, option) in words.iter_mut().zip(options) {
+        *word = option.as_slice();
+    }
+    let (delay_ms, options) = parse_schedule_request(delay_ms.as_slice(), words)?;
+    let schedule_key = Key::open_write(ctx, schedule);
+    schedule_key.require(Kind::SortedSet)?;
+    let reply = schedule_after(&schedule_key, job, options, || delay_ms)?;
+    stats::scheduled();
+    Ok(RedisValue::Integer(reply))
+}
+
+/// `ECHO.SCHEDULE schedule job delay_ms [NX | XX] [GT | LT]`: the delay and
+/// the options, which are ECHO.RETRY's without dead-lettering.
+fn parse_schedule_request(
+    delay_ms: &[u8],
+    options: &[&[u8]],
+) -> Result<(u64, RetryOptions), ArgError> {
+    let delay_ms = canonical_u64(delay_ms, MAX_MS).ok_or(ArgError::DelayMs)?;
+    let parsed = parse_retry_options(options)?;
+    if parsed.dead_letter.is_some() {
+        return Err(ArgError::Syntax);
+    }
+    Ok((delay_ms, parsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_arguments() {
+        assert_eq!(parse_schedule_request(b"0", &[]).map(|r| r.0), Ok(0));
+        assert_eq!(
+            parse_schedule_request(b"10000000000000", &[b"NX"]).map(|r| r.0),
+            Ok(MAX_MS)
+        );
+        assert_eq!(
+            parse_schedule_request(b"10000000000001", &[]),
+            Err(ArgError::DelayMs)
+        );
+        assert_eq!(parse_schedule_request(b"-1", &[]), Err(ArgError::DelayMs));
+        assert_eq!(
+            parse_schedule_request(b"1", &[b"MAXATTEMPTS", b"1", b"DEAD", b"d"]),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_schedule_request(b"1", &[b"NX", b"XX"]),
+            Err(ArgError::Conflict("XX and NX"))
+        );
+    }
+}

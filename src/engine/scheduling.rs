@@ -1,0 +1,98 @@
+//! The writes ECHO.RETRY and ECHO.SCHEDULE make: a job at `now_ms +
+//! delay_ms` under ZADD's conditions, and a job moved to the dead set.
+
+use redis_module::RedisError;
+
+use crate::rules::grammar::{Compare, Presence, RetryOptions};
+use crate::server::clock;
+use crate::server::keys::{Arg, Key, Kind, Zadd, ZaddIf};
+
+/// The reply for `XX` when the job is not in the schedule.
+const NOT_SCHEDULED: i64 = -2;
+
+/// The write ECHO.RETRY and ECHO.SCHEDULE share: `job` at `now_ms +
+/// delay_ms()` under the options' condition. The reply: the fire time in the
+/// schedule after the call, or `NOT_SCHEDULED`. The delay is drawn only
+/// when something may be written.
+pub fn schedule_after(
+    schedule_key: &Key,
+    job: &Arg,
+    options: RetryOptions,
+    delay_ms: impl FnOnce() -> u64,
+) -> Result<i64, RedisError> {
+    let RetryOptions {
+        presence, compare, ..
+    } = options;
+    // XX on a missing key: a low-level add would create the key and delete
+    // it again; nothing to do, and nothing must be seen.
+    if presence == Presence::Existing && schedule_key.kind() == Kind::Missing {
+        return Ok(NOT_SCHEDULED);
+    }
+    // delay_ms <= 10^13 and now is a Unix time, so this never saturates and
+    // stays far below 2^53: the f64 score is the exact integer.
+    let fire_at_ms = clock::now_ms().saturating_add(i64::try_from(delay_ms()).unwrap_or(i64::MAX));
+    Ok(
+        match schedule_key.zadd(fire_at_ms, job, zadd_if(presence, compare))? {
+            Zadd::Added | Zadd::Updated => fire_at_ms,
+            // Kept by a condition, re-added at its own score, or kept out by XX.
+            Zadd::Unchanged => schedule_key
+                .zscore(job)
+                .map_or(NOT_SCHEDULED, kept_score_ms),
+        },
+    )
+}
+
+/// ZADD's flags for the options. The parser has refused NX with GT or LT.
+fn zadd_if(presence: Presence, compare: Compare) -> ZaddIf {
+    match (presence, compare) {
+        (Presence::New, _) => ZaddIf::New,
+        (Presence::Any, Compare::Always) => ZaddIf::Always,
+        (Presence::Any, Compare::Later) => ZaddIf::Greater,
+        (Presence::Any, Compare::Earlier) => ZaddIf::Less,
+        (Presence::Existing, Compare::Always) => ZaddIf::Existing,
+        (Presence::Existing, Compare::Later) => ZaddIf::ExistingGreater,
+        (Presence::Existing, Compare::Earlier) => ZaddIf::ExistingLess,
+    }
+}
+
+/// A score kept in the schedule as the integer reply: rounded down, clamped
+/// to i64 (a score written by hand may be fractional or infinite).
+fn kept_score_ms(score: f64) -> i64 {
+    // `as` saturates at the i64 bounds; a sorted set never holds NaN.
+    score.floor() as i64
+}
+
+/// Moves `job` from `schedule` (if there) to `dead` at `now_ms`: `ZREM`
+/// then `ZADD`, so the events come in that order (the add sends `new` itself
+/// when it creates `dead`).
+pub fn dead_letter(schedule: &Key, job: &Arg, dead: &Key) -> Result<(), RedisError> {
+    schedule.zrem(job);
+    // The add cannot fail once the job is out of the schedule: the server's
+    // ZsetAdd refuses only a key not open for writing, a key of another type
+    // (both ruled out above) and a NaN score (now_ms is a Unix time, exact
+    // as a double).
+    dead.zadd(clock::now_ms(), job, ZaddIf::Always)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_scores_round_down_and_clamp() {
+        for (score, want) in [
+            (1.0, 1),
+            (1.5, 1),
+            (1.999, 1),
+            (-0.5, -1),
+            (0.0, 0),
+            (1e300, i64::MAX),
+            (f64::INFINITY, i64::MAX),
+            (f64::NEG_INFINITY, i64::MIN),
+            (9_007_199_254_740_993.0, 9_007_199_254_740_992),
+        ] {
+            assert_eq!(kept_score_ms(score), want, "{score}");
+        }
+    }
+}

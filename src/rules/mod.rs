@@ -1,0 +1,14 @@
+//! The rules: pure code, no server calls and no state. Backoff and jitter,
+//! the release limiter, ECHO.SPREAD's buckets, cluster slots, the grammar of
+//! arguments and configs, every error text, which server this is. The clock
+//! and randomness come in as arguments, so unit and property tests pin every
+//! rule without a server. Nothing here imports another layer.
+
+pub mod buckets;
+pub mod configs;
+pub mod errors;
+pub mod grammar;
+pub mod limiter;
+pub mod policy;
+pub mod slots;
+pub mod versions;
