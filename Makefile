@@ -44,12 +44,17 @@ $(SETUP_STAMP): scripts/setup.sh
 build: $(SETUP_STAMP) ## Build the module and echomq-web (release)
 	$(CARGO) build --release --workspace
 
-# A local Valkey with the module, in the foreground, from valkey.conf.
+# A local Valkey with the module, in the foreground, from valkey.conf, on the
+# port valkey.conf names (6379) or VALKEY_PORT, which make web follows.
+## the port of make run's server, which make web connects to (unset: valkey.conf's)
+VALKEY_PORT ?=
+CONF_PORT := $(shell awk '$$1 == "port" { print $$2 }' valkey.conf)
+SERVER_PORT := $(or $(VALKEY_PORT),$(CONF_PORT))
 run: build ## Start valkey-server with the module (valkey.conf), in the foreground
-	valkey-server valkey.conf
+	valkey-server valkey.conf$(if $(VALKEY_PORT), --port $(VALKEY_PORT))
 
 # The live web view on http://127.0.0.1:8080/ (WEB_LISTEN to change it) of the
-# server `make run` starts (the port of valkey.conf), showing the examples'
+# server `make run` starts (VALKEY_PORT, else the port of valkey.conf), showing the examples'
 # queues (and any in the server's echomq.auto-promote config). With
 # ECHOMQ_WEB_URL set, echomq-web takes the server from it instead (no --url
 # is passed, so the URL, which may hold a password, is not echoed).
@@ -62,9 +67,8 @@ ECHOMQ_WEB_URL ?=
 ifdef ECHOMQ_WEB_URL
 export ECHOMQ_WEB_URL
 endif
-VALKEY_PORT := $(shell awk '$$1 == "port" { print $$2 }' valkey.conf)
-web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_URL)
-	./target/release/echomq-web $(if $(ECHOMQ_WEB_URL),,--url redis://127.0.0.1:$(VALKEY_PORT)/ )--listen $(WEB_LISTEN) \
+web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_URL, VALKEY_PORT)
+	./target/release/echomq-web $(if $(ECHOMQ_WEB_URL),,--url redis://127.0.0.1:$(SERVER_PORT)/ )--listen $(WEB_LISTEN) \
 	  $(foreach q,$(WEB_QUEUES),--queue $(q))
 
 # Unit and property tests, then integration tests against real servers (the

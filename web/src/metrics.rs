@@ -64,7 +64,8 @@ const COUNTERS: &[(&str, &str)] = &[
 ];
 
 /// The `INFO echomq` fields that are gauges: the INFO field, the exported
-/// name, the help, and the factor from the INFO value to the exported one.
+/// name, the help, and the divisor from the INFO value to the exported one
+/// (1000 for milliseconds to seconds: divided as a decimal, see `divided`).
 /// The lag maximum only rises until the module is reloaded, yet it is a
 /// gauge: a counter counts events, so `rate()` and `increase()` of it must
 /// mean something, and the increase of a maximum is not a number of
@@ -72,18 +73,18 @@ const COUNTERS: &[(&str, &str)] = &[
 /// It is exported in seconds, Prometheus's base unit, as
 /// `echomq_auto_promote_lag_seconds_max`: `promtool check metrics` rejects a
 /// name with an abbreviated unit such as `_ms_`.
-const GAUGES: &[(&str, &str, &str, f64)] = &[
+const GAUGES: &[(&str, &str, &str, u32)] = &[
     (
         "echomq_eviction_policy_safe",
         "echomq_eviction_policy_safe",
         "1 when maxmemory-policy cannot evict queue keys (noeviction, volatile-*), 0 for allkeys-*",
-        1.0,
+        1,
     ),
     (
         "echomq_auto_promote_lag_ms_max",
         "echomq_auto_promote_lag_seconds_max",
         "Largest delay in seconds, fire time to move, of any member the timer moved since the module loaded (INFO echomq_auto_promote_lag_ms_max / 1000)",
-        0.001,
+        1000,
     ),
 ];
 
@@ -196,6 +197,31 @@ fn number(n: &Number) -> String {
     }
 }
 
+/// `n / divisor` as the exposition prints it. An integer is divided as a
+/// decimal, digit for digit (9 ms is `0.009` seconds, where `9.0 * 0.001`
+/// would print `0.009000000000000001`); a float is divided once, which
+/// rounds correctly, and printed in the shortest form that reads back the
+/// same.
+fn divided(n: &Number, divisor: u32) -> String {
+    match n {
+        _ if divisor == 1 => number(n),
+        Number::Int(i) => {
+            let (sign, magnitude) = (if *i < 0 { "-" } else { "" }, i.unsigned_abs());
+            let (whole, rest) = (
+                magnitude / u64::from(divisor),
+                magnitude % u64::from(divisor),
+            );
+            if rest == 0 {
+                return format!("{sign}{whole}");
+            }
+            let width = divisor.to_string().len() - 1;
+            let fraction = format!("{rest:0width$}");
+            format!("{sign}{whole}.{}", fraction.trim_end_matches('0'))
+        }
+        Number::Float(f) => (f / f64::from(divisor)).to_string(),
+    }
+}
+
 /// The exposition for one scrape: `Some(snapshot)` when the server answered,
 /// `None` when it did not (then only `echomq_up 0`).
 pub fn exposition(s: Option<&Snapshot>) -> String {
@@ -251,14 +277,9 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
             let name = format!("{field}_total");
             family(&mut out, &name, "counter", help);
             let _ = writeln!(out, "{name} {}", number(value));
-        } else if let Some((_, name, help, factor)) = GAUGES.iter().find(|g| g.0 == field) {
+        } else if let Some((_, name, help, divisor)) = GAUGES.iter().find(|g| g.0 == field) {
             family(&mut out, name, "gauge", help);
-            let value = match (value, *factor == 1.0) {
-                (v, true) => number(v),
-                (Number::Int(i), false) => (*i as f64 * factor).to_string(),
-                (Number::Float(f), false) => (f * factor).to_string(),
-            };
-            let _ = writeln!(out, "{name} {value}");
+            let _ = writeln!(out, "{name} {}", divided(value, *divisor));
         } else if valid_name(field) {
             // A field a later module adds: its kind is not known here.
             let help = format!("INFO echomq field {field}, not known to this echomq-web");
@@ -317,6 +338,45 @@ mod tests {
              # TYPE echomq_up gauge\n\
              echomq_up 0\n"
         );
+    }
+
+    #[test]
+    fn milliseconds_print_as_exact_seconds() {
+        // 9 * 0.001 is 0.009000000000000001 in binary floating point.
+        let cases = [
+            (0, "0"),
+            (9, "0.009"),
+            (10, "0.01"),
+            (999, "0.999"),
+            (1000, "1"),
+            (1250, "1.25"),
+            (86_400_001, "86400.001"),
+            (-9, "-0.009"),
+            (i64::MIN, "-9223372036854775.808"),
+            (i64::MAX, "9223372036854775.807"),
+        ];
+        for (ms, seconds) in cases {
+            assert_eq!(divided(&Number::Int(ms), 1000), seconds, "{ms} ms");
+            // What Prometheus reads back is the exact quotient.
+            let parsed: f64 = seconds.parse().unwrap();
+            assert_eq!(parsed, ms as f64 / 1000.0, "{ms} ms");
+        }
+        assert_eq!(divided(&Number::Float(9.0), 1000), "0.009");
+        assert_eq!(divided(&Number::Float(2.5), 1), "2.5");
+        assert_eq!(divided(&Number::Int(9), 1), "9");
+        let s = Snapshot {
+            now_ms: 1,
+            window: Window {
+                start_ms: 1,
+                end_ms: 2,
+                buckets: 1,
+            },
+            queues: vec![],
+            info: vec![("echomq_auto_promote_lag_ms_max".into(), Number::Int(9))],
+            maxmemory_policy: "noeviction".into(),
+            round_trips: 1,
+        };
+        assert!(exposition(Some(&s)).contains("\nechomq_auto_promote_lag_seconds_max 0.009\n"));
     }
 
     #[test]
