@@ -1,0 +1,37 @@
+// The protocol's scripts and constants (docs/clients.md): the files of the repository's
+// protocol/ folder, the one copy the three libraries share, read once at import. A packed
+// package holds them in its own protocol/ (package.json's prepack copies the folder there);
+// in the checkout they are read from the repository's protocol/ itself.
+import { existsSync, readFileSync } from "node:fs";
+
+const packed = new URL("../protocol/", import.meta.url);
+export const PROTOCOL_DIR = existsSync(packed) ? packed : new URL("../../../protocol/", import.meta.url);
+
+// As the file holds it, byte for byte: its SHA1 is what the server caches the script by.
+const text = (name) => readFileSync(new URL(name, PROTOCOL_DIR), "utf8");
+
+export const SCRIPT_FILES = {
+  addWithId: "add_with_id.lua",
+  succeed: "succeed.lua",
+  fail: "fail.lua",
+  handBack: "hand_back.lua",
+  requeue: "requeue.lua",
+  purgeDead: "purge_dead.lua",
+};
+export const SCRIPTS = Object.fromEntries(Object.entries(SCRIPT_FILES).map(([k, f]) => [k, text(f)]));
+
+const c = JSON.parse(text("constants.json"));
+export const GROUP = c.group;
+export const MAX_DELAY_MS = c.max_delay_ms; // the range ECHO.SCHEDULE takes
+export const MAX_HOLD_MS = c.max_hold_ms; // the most ECHO.HOLD takes (a day)
+export const MAX_ERROR_BYTES = c.max_error_bytes;
+export const ADD_BATCH = c.add_batch; // jobs per transaction of addMany
+export const SUCCESS_BATCH = c.success_batch; // (entry, id) pairs per success script call
+export const PROMOTE_LIMIT = c.promote_limit;
+export const DEFAULTS = Object.freeze({
+  backoff: c.default_backoff,
+  maxAttempts: c.default_max_attempts,
+  leaseMs: c.default_lease_ms,
+  maxDeliveries: c.default_max_deliveries,
+  shutdownTimeoutMs: c.default_shutdown_timeout_ms,
+});
