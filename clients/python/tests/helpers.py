@@ -42,3 +42,20 @@ def running(queue, handler, cls=echomq.Worker, **options):
 def queue_keys(name: str):
     tag = "{" + name + "}:"
     return [tag + k for k in ("schedule", "pending", "dead", "jobs", "attempts", "errors")]
+
+
+def keys(qname: str):
+    """The queue's six keys by suffix."""
+    return {k: "{%s}:%s" % (qname, k) for k in ("schedule", "pending", "dead", "jobs", "attempts", "errors")}
+
+
+def in_flight(client, qname: str) -> int:
+    return echomq.Queue(client, qname).counts()["in_flight"]
+
+
+def held_until(client, qname: str) -> int:
+    """The end of the queue's hold (server ms), 0 when not held."""
+    reply = client.execute_command("ECHO.LIMITS", "{%s}:schedule" % qname)
+    if not isinstance(reply, dict):
+        reply = dict(zip(reply[::2], reply[1::2]))
+    return int(reply[b"held-until-ms"] or 0)

@@ -12,17 +12,9 @@ from valkey.exceptions import ResponseError
 
 import echomq
 from conftest import wait_for
-from helpers import running
+from helpers import in_flight, keys, running
 
 LAST_ID = "18446744073709551615-18446744073709551615"
-
-
-def keys(qname):
-    return {k: "{%s}:%s" % (qname, k) for k in ("schedule", "pending", "dead", "jobs", "attempts", "errors")}
-
-
-def in_flight(client, qname) -> int:
-    return echomq.Queue(client, qname).counts()["in_flight"]
 
 
 def warned(caplog, text: str) -> bool:
