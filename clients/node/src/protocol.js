@@ -1,11 +1,12 @@
 // The protocol's scripts and constants (docs/clients.md): the files of the repository's
-// protocol/ folder, the one copy the three libraries share, read once at import. A packed
-// package holds them in its own protocol/ (package.json's prepack copies the folder there);
-// in the checkout they are read from the repository's protocol/ itself.
+// protocol/ folder, the one copy the three libraries share, read once at import. In the
+// repository (this file at clients/node/src/) that folder itself; a package packed or installed
+// with --install-links holds a copy in its own protocol/ (package.json's prepare script makes it).
 import { existsSync, readFileSync } from "node:fs";
 
-const packed = new URL("../protocol/", import.meta.url);
-export const PROTOCOL_DIR = existsSync(packed) ? packed : new URL("../../../protocol/", import.meta.url);
+const repository = new URL("../../../protocol/", import.meta.url);
+const inRepository = import.meta.url.endsWith("/clients/node/src/protocol.js") && existsSync(repository);
+export const PROTOCOL_DIR = inRepository ? repository : new URL("../protocol/", import.meta.url);
 
 // As the file holds it, byte for byte: its SHA1 is what the server caches the script by.
 const text = (name) => readFileSync(new URL(name, PROTOCOL_DIR), "utf8");
