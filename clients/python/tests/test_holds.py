@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import echomq
 from conftest import wait_for
-from helpers import held_until, in_flight, keys, running
+from helpers import held_and_read, held_until, in_flight, keys, running
 
 def test_retry_after_zero_keeps_another_workers_hold(client, qname):
     q = echomq.Queue(client, qname)
@@ -29,33 +29,16 @@ def test_retry_after_zero_keeps_another_workers_hold(client, qname):
 
 
 def test_a_lifted_hold_is_seen_within_seconds(client, qname):
-    q = echomq.Queue(client, qname)
-    k = keys(qname)
-    client.execute_command("ECHO.HOLD", k["schedule"], 60_000)
-    runs = []
-    try:
-        with running(q, lambda job: runs.append(job.id), lease_ms=60_000):
-            jid = q.add(b"x")
-            wait_for(lambda: in_flight(client, qname) == 1, what="the entry to be read")
-            assert runs == []
-            client.execute_command("ECHO.HOLD", k["schedule"], 0)
-            wait_for(lambda: runs == [jid], timeout=15, what="the job to start after the hold is lifted")
-    finally:
-        client.execute_command("ECHO.HOLD", k["schedule"], 0)
+    with held_and_read(client, qname) as (runs, jid):
+        assert runs == []
+        client.execute_command("ECHO.HOLD", keys(qname)["schedule"], 0)
+        wait_for(lambda: runs == [jid], timeout=15, what="the job to start after the hold is lifted")
 
 
 def test_entries_waiting_out_a_hold_are_handed_back_on_close(client, qname):
-    q = echomq.Queue(client, qname)
-    k = keys(qname)
-    client.execute_command("ECHO.HOLD", k["schedule"], 60_000)
-    runs = []
-    try:
-        with running(q, lambda job: runs.append(job.id), lease_ms=60_000):
-            jid = q.add(b"x")
-            wait_for(lambda: in_flight(client, qname) == 1, what="the entry to be read")
-        assert runs == []
-        assert in_flight(client, qname) == 0, "handed back, not left leased"
-        [(_, fields)] = client.xrange(k["pending"])
-        assert fields == {b"job": jid.encode()}
-    finally:
-        client.execute_command("ECHO.HOLD", k["schedule"], 0)
+    with held_and_read(client, qname) as (runs, jid):
+        pass
+    assert runs == []
+    assert in_flight(client, qname) == 0, "handed back, not left leased"
+    [(_, fields)] = client.xrange(keys(qname)["pending"])
+    assert fields == {b"job": jid.encode()}

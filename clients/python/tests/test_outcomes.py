@@ -4,7 +4,6 @@ stays leased, and a failure sent twice is written once."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -13,7 +12,7 @@ import valkey
 import echomq
 from conftest import wait_for
 from echomq._protocol import FAIL
-from helpers import in_flight, keys, running
+from helpers import in_flight, keys, recorder, running
 
 def test_refused_retry_leaves_the_job_in_the_group(client, qname, caplog):
     """ECHO.RETRY refused (schedule of the wrong type): nothing is written and the entry is not
@@ -76,15 +75,7 @@ def test_success_is_sent_again_and_stays_leased(client, qname):
     q = echomq.Queue(client, qname)
     k = keys(qname)
     runs = []
-    lock = threading.Lock()
-
-    def handler(name):
-        def h(job):
-            with lock:
-                runs.append((name, job.id))
-
-        return h
-
+    handler = recorder(runs)
     with running(q, handler("flaky"), cls=FlakyAcks, lease_ms=600) as flaky:
         jid = q.add(b"x")
         wait_for(lambda: runs, what="the first run")
@@ -117,18 +108,8 @@ class FlakyFailures(echomq.Worker):
 @pytest.mark.parametrize("client", [2], indirect=True)  # no reply parsing involved
 def test_failure_is_sent_again_and_stays_leased(client, qname):
     q = echomq.Queue(client, qname)
-    k = keys(qname)
     runs = []
-    lock = threading.Lock()
-
-    def handler(name):
-        def h(job):
-            with lock:
-                runs.append((name, job.id))
-            raise RuntimeError("fails")
-
-        return h
-
+    handler = recorder(runs, fail="fails")
     with running(q, handler("flaky"), cls=FlakyFailures, lease_ms=600, max_attempts=1) as flaky:
         jid = q.add(b"x")
         wait_for(lambda: runs, what="the first run")
