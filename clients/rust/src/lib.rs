@@ -1,9 +1,11 @@
 #![doc = include_str!("../README.md")]
 
+mod protocol;
 mod queue;
 mod worker;
 
-pub use queue::{AddOptions, Counts, DeadJob, Queue, QueueConnection, MAX_DELAY_MS};
+pub use protocol::MAX_DELAY_MS;
+pub use queue::{AddOptions, Counts, DeadJob, Queue, QueueConnection};
 pub use worker::{Job, JobError, Worker, WorkerHandle, WorkerOptions};
 
 use std::time::{SystemTime, UNIX_EPOCH};
