@@ -2,7 +2,7 @@
 //! reading and repairing the dead set.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
@@ -10,8 +10,17 @@ use redis::{
     Script, Value,
 };
 
-use crate::new_job_id;
 use crate::protocol::{ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE};
+
+/// A time-ordered unique id: the client's Unix time in ms as 13 digits, `-`,
+/// then 16 lower-case hex digits from a random source.
+pub fn new_job_id() -> String {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("{ms:013}-{:016x}", rand::random::<u64>())
+}
 
 /// How long a command on the shared connection may wait for its reply. The
 /// redis crate's default (500 ms) is short for a 1,000-job transaction of
