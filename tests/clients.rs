@@ -36,12 +36,15 @@ fn source(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// Exits 0 when `echomq` imports and its installed `.py` files are the ones
-/// in the directory given as its argument.
+/// Exits 0 when `echomq` imports and its installed `.py` files and protocol
+/// files (`protocol/*.lua`, `*.json`, package data) are the ones in the
+/// directory given as its argument.
 const SAME_AS_CHECKOUT: &str = "import echomq, filecmp, os, sys
 src, dst = sys.argv[1], os.path.dirname(echomq.__file__)
 names = [n for n in os.listdir(src) if n.endswith('.py')]
-sys.exit(0 if all(filecmp.cmp(os.path.join(src, n), os.path.join(dst, n), shallow=False) for n in names) else 1)";
+names += [os.path.join('protocol', n) for n in os.listdir(os.path.join(src, 'protocol')) if n.endswith(('.lua', '.json'))]
+same = lambda n: os.path.isfile(os.path.join(dst, n)) and filecmp.cmp(os.path.join(src, n), os.path.join(dst, n), shallow=False)
+sys.exit(0 if all(same(n) for n in names) else 1)";
 
 /// The venv's python with this checkout's `clients/python` installed, or why not.
 fn python() -> Result<PathBuf, String> {
@@ -568,61 +571,129 @@ fn a_killed_workers_jobs_are_done_by_another_language() {
     }
 }
 
-/// The code lines of `text` (trimmed, without blank lines and Lua comments).
-fn code_lines(text: &str) -> Vec<&str> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("--"))
-        .collect()
+/// The scripts of `protocol/` (file name, SHA1), the one copy every library
+/// embeds.
+fn protocol_scripts() -> Vec<(String, String)> {
+    let dir = source("protocol");
+    let mut scripts: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a protocol/ entry").path())
+        .filter(|path| path.extension().is_some_and(|x| x == "lua"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("a protocol script");
+            let name = path
+                .file_name()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned();
+            (name, redis::Script::new(&text).get_hash().to_string())
+        })
+        .collect();
+    scripts.sort();
+    scripts
 }
 
-/// The Lua scripts of the protocol are written in docs/clients.md and again
-/// in each library (each package stands alone): the copies must be the same
-/// code, line for line, or a queue shared by two languages behaves two ways.
-#[test]
-fn every_library_runs_the_scripts_the_protocol_shows() {
-    let doc = std::fs::read_to_string(source("docs/clients.md")).expect("docs/clients.md");
-    let scripts: Vec<Vec<&str>> = doc
-        .split("```lua")
-        .skip(1)
-        .map(|rest| code_lines(rest.split("```").next().expect("a closed block")))
-        .collect();
-    assert_eq!(
-        scripts.len(),
-        6,
-        "the add, success, failure, hand-back, requeue and purge scripts"
+/// The entries of `pending` delivered and not yet acknowledged.
+fn in_flight(con: &mut Connection, pending: &str) -> usize {
+    let entries: Vec<redis::Value> = run(
+        con,
+        cmd("XPENDING")
+            .arg(pending)
+            .arg("workers")
+            .arg("-")
+            .arg("+")
+            .arg(100),
     );
-    let libraries = [
-        (
-            "Python",
-            &[
-                "clients/python/src/echomq/queue.py",
-                "clients/python/src/echomq/worker.py",
-            ],
-        ),
-        (
-            "Node.js",
-            &["clients/node/src/queue.js", "clients/node/src/worker.js"],
-        ),
-        (
-            "Rust",
-            &["clients/rust/src/queue.rs", "clients/rust/src/worker.rs"],
-        ),
-    ];
-    for (lang, files) in libraries {
-        let text: String = files
-            .iter()
-            .map(|f| std::fs::read_to_string(source(f)).expect(f))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let lines: Vec<&str> = text.lines().map(str::trim).collect();
-        for script in &scripts {
-            assert!(
-                lines.windows(script.len()).any(|w| w == script.as_slice()),
-                "{lang} does not run this script of docs/clients.md:\n{}",
-                script.join("\n")
+    entries.len()
+}
+
+/// Each library runs the scripts of `protocol/` byte for byte, and no other
+/// script: after `SCRIPT FLUSH`, a library driven through every script of
+/// the protocol (adds with given ids, a hand-back on close, failures to
+/// dead, a requeue, a success, a purge) leaves the server's script cache
+/// holding exactly the SHA1s of the six files. A library that ran a copy
+/// differing by one byte would leave another SHA1 there.
+#[test]
+fn every_library_runs_exactly_the_protocol_scripts() {
+    let Some((_server, url, mut con)) =
+        three_languages("every_library_runs_exactly_the_protocol_scripts")
+    else {
+        return;
+    };
+    let scripts = protocol_scripts();
+    let names: Vec<&str> = scripts.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "add_with_id.lua",
+            "fail.lua",
+            "hand_back.lua",
+            "purge_dead.lua",
+            "requeue.lua",
+            "succeed.lua"
+        ],
+        "the protocol's scripts"
+    );
+    for lang in [Python, Node, Rust] {
+        let _: () = run(&mut con, cmd("SCRIPT").arg("FLUSH"));
+        let queue = format!("protocol-{lang:?}").to_lowercase();
+        let (schedule, pending, dead, done) = (
+            format!("{{{queue}}}:schedule"),
+            format!("{{{queue}}}:pending"),
+            format!("{{{queue}}}:dead"),
+            format!("{{{queue}}}:done"),
+        );
+        let base = ["--url", url.as_str(), "--queue", queue.as_str()];
+        // add_with_id.lua
+        added_from(lang, &url, &queue, 2, "p-");
+        // hand_back.lua: the queue held, a worker takes both entries and
+        // waits; closed, it hands them back.
+        let _: i64 = run(&mut con, cmd("ECHO.HOLD").arg(&schedule).arg(60_000));
+        let worker = Worker::start(lang, &base);
+        wait_until("both entries taken", Duration::from_secs(20), || {
+            let n = in_flight(&mut con, &pending);
+            (n == 2).then_some(()).ok_or(format!("{n} taken"))
+        });
+        worker.stop();
+        assert_eq!(in_flight(&mut con, &pending), 0, "{lang:?}: handed back");
+        let len: usize = run(&mut con, cmd("XLEN").arg(&pending));
+        assert_eq!(len, 2, "{lang:?}: both entries back in pending");
+        let _: i64 = run(&mut con, cmd("ECHO.HOLD").arg(&schedule).arg(0));
+        // fail.lua: both fail their only attempt and are dead.
+        let worker = Worker::start(
+            lang,
+            &[&base[..], &["--fail", "boom", "--max-attempts", "1"]].concat(),
+        );
+        wait_until("2 dead", Duration::from_secs(30), || {
+            let n: i64 = run(&mut con, cmd("ZCARD").arg(&dead));
+            (n == 2).then_some(()).ok_or(format!("{n} dead"))
+        });
+        worker.stop();
+        // requeue.lua, then succeed.lua
+        let requeued = run_to_end(lang, &[&["requeue"][..], &base, &["--id", "p-0"]].concat());
+        assert_eq!(requeued.trim(), "true", "{lang:?}: requeued");
+        let worker = Worker::start(lang, &[&base[..], &["--done", done.as_str()]].concat());
+        wait_done(&mut con, &done, 1, Duration::from_secs(30));
+        worker.stop();
+        // purge_dead.lua
+        let purged = run_to_end(lang, &[&["purge"][..], &base[..]].concat());
+        assert_eq!(purged.trim(), "1", "{lang:?}: purged");
+        let shas: Vec<&str> = scripts.iter().map(|(_, sha)| sha.as_str()).collect();
+        let exists: Vec<i64> = run(&mut con, cmd("SCRIPT").arg("EXISTS").arg(&shas));
+        for ((name, _), cached) in scripts.iter().zip(&exists) {
+            assert_eq!(
+                *cached, 1,
+                "{lang:?} did not run protocol/{name} as the file holds it"
             );
         }
+        let cached: usize = common::info_field(&mut con, "memory", "number_of_cached_scripts")
+            .parse()
+            .expect("number_of_cached_scripts");
+        assert_eq!(
+            cached,
+            scripts.len(),
+            "{lang:?} ran a script text that is not one of protocol/'s"
+        );
     }
 }
 

@@ -107,7 +107,7 @@ def tree_digest(d):
     """A digest of the files under d (build outputs left out), to reinstall
     the Python package when its source changed."""
     h = hashlib.sha256()
-    for top, dirs, files in os.walk(d):
+    for top, dirs, files in os.walk(d, followlinks=True):  # src/echomq/protocol is a symlink
         dirs[:] = sorted(x for x in dirs
                          if x not in ("__pycache__", "build", "dist", ".pytest_cache")
                          and not x.endswith(".egg-info") and not x.startswith(".venv"))

@@ -14,8 +14,6 @@ export function queueKeys(name) {
   };
 }
 
-export const GROUP = "workers";
-
 // Server TIME reply ([seconds, microseconds]) as Unix ms.
 export function timeMs(reply) {
   return Number(reply[0]) * 1000 + Math.floor(Number(reply[1]) / 1000);

@@ -1,58 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { GROUP, Script, queueKeys, timeMs } from "./keys.js";
+import { Script, queueKeys, timeMs } from "./keys.js";
+import { ADD_BATCH, GROUP, MAX_DELAY_MS, SCRIPTS } from "./protocol.js";
 
 // add() with an id given by the caller: nothing happens while a job with that id exists.
-// The enqueue is the first write: refused (e.g. a schedule key of another type), the script
-// stops before the payload is written, so the id is not left taken by a job that is nowhere.
-export const ADD_WITH_ID = new Script(`
--- KEYS: jobs pending schedule   ARGV: id payload delay_ms
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
-else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
-`, 3);
+export const ADD_WITH_ID = new Script(SCRIPTS.addWithId, 3);
+// dead -> pending, attempts reset; nothing when the id is not dead.
+const REQUEUE = new Script(SCRIPTS.requeue, 4);
+// Dead jobs that died at or before the server's now - older_than_ms, removed for good.
+const PURGE_DEAD = new Script(SCRIPTS.purgeDead, 4);
 
-// dead -> pending, attempts reset; nothing when the id is not dead. A script that fails
-// halfway keeps what it wrote: the hashes' types are checked (HLEN) and the XADD, the one
-// write that can be refused (pending of another type, a stream out of IDs), goes first, so
-// a refused requeue leaves the job in dead with its attempts and error.
-const REQUEUE = new Script(`
--- KEYS: dead attempts errors pending   ARGV: id
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return 0 end
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-return 1
-`, 4);
-
-// Dead jobs that died at or before the server's now - older_than_ms, removed for good, 1,000 a
-// round; the hashes' types are checked before the first write.
-const PURGE_DEAD = new Script(`
--- KEYS: dead jobs attempts errors   ARGV: older_than_ms
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
-local t = redis.call('TIME')
-local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
-local max = string.format('%d', cutoff)
-local n = 0
-while true do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, 1000)
-  if #ids == 0 then break end
-  redis.call('ZREM', KEYS[1], unpack(ids))
-  redis.call('HDEL', KEYS[2], unpack(ids))
-  redis.call('HDEL', KEYS[3], unpack(ids))
-  redis.call('HDEL', KEYS[4], unpack(ids))
-  n = n + #ids
-end
-return n
-`, 4);
-
-const ADD_MANY_CHUNK = 1000;
 
 // A time-ordered unique id: the client's Unix ms as 13 digits, '-', 16 random hex digits.
 let pool = Buffer.alloc(0);
@@ -77,7 +33,7 @@ function checkPayload(payload) {
 }
 
 // The range ECHO.SCHEDULE takes.
-export const MAX_DELAY_MS = 10000000000000;
+export { MAX_DELAY_MS };
 
 function checkDelay(delayMs) {
   if (!Number.isInteger(delayMs) || delayMs < 0 || delayMs > MAX_DELAY_MS) {
@@ -152,9 +108,9 @@ export class Queue {
     const made = list.map(() => newJobId());
     const sent = [];
     // Every chunk's MULTI is written at once: the transactions travel pipelined.
-    for (let start = 0; start < list.length; start += ADD_MANY_CHUNK) {
+    for (let start = 0; start < list.length; start += ADD_BATCH) {
       const multi = this.connection.multi();
-      const end = Math.min(start + ADD_MANY_CHUNK, list.length);
+      const end = Math.min(start + ADD_BATCH, list.length);
       for (let i = start; i < end; i++) {
         multi.hset(k.jobs, made[i], list[i]);
         if (delayMs > 0) multi.call("ECHO.SCHEDULE", k.schedule, made[i], delayMs);

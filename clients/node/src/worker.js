@@ -1,7 +1,8 @@
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { GROUP, Script, timeMs } from "./keys.js";
+import { Script, timeMs } from "./keys.js";
+import { DEFAULTS as PROTOCOL_DEFAULTS, GROUP, MAX_ERROR_BYTES, MAX_HOLD_MS, PROMOTE_LIMIT, SCRIPTS, SUCCESS_BATCH } from "./protocol.js";
 
 // What a handler throws when the dependency answered 429 or 503 with a Retry-After: the
 // queue's schedule is held for `ms` (no worker gets more of its jobs meanwhile) and the
@@ -15,16 +16,8 @@ export class RetryAfter extends Error {
   }
 }
 
-const DEFAULTS = {
-  concurrency: 10,
-  backoff: "jitter:exponential:1000:3600000",
-  maxAttempts: 10,
-  leaseMs: 30000,
-  maxDeliveries: 3,
-  shutdownTimeoutMs: 10000,
-};
+const DEFAULTS = { concurrency: 10, ...PROTOCOL_DEFAULTS };
 
-const PROMOTE_LIMIT = 1000;
 // A read blocks this long when the worker promotes the queue itself, so a due job waits
 // at most about that; when the server promotes it, the read only needs to come back now
 // and then (to see a changed configuration).
@@ -32,83 +25,19 @@ const BLOCK_SELF_PROMOTING_MS = 100;
 const BLOCK_SERVER_PROMOTING_MS = 1000;
 const QUEUES_CHECK_MS = 10000;
 const ERROR_PAUSE_MS = 1000;
-const MAX_HOLD_MS = 86400000;
 const HOLD_RECHECK_MS = 1000;
-const MAX_ERROR_BYTES = 4096;
 
 const RESEND_FIRST_MS = 50;
 const RESEND_MAX_MS = 1000;
 
 const ignore = () => {};
 
-// Step 3: successes, at most SUCCESS_BATCH (entry, id) pairs a call. Only the runs whose
-// entry this delivery still owns (XACK replies 1) are deleted: a batch sent again after its
-// reply was lost finds its entries acknowledged and deletes nothing, not even the payload of
-// a new job added with the same id since. The hashes' types are checked before the first write.
-const SUCCESS = new Script(`
--- KEYS: pending jobs attempts errors   ARGV: entry id [entry id ...]
--- Reply: how many of the runs were settled now (an entry no longer pending was settled before)
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
-local entries, ids = {}, {}
-for i = 1, #ARGV, 2 do
-  if redis.call('XACK', KEYS[1], 'workers', ARGV[i]) == 1 then
-    entries[#entries + 1] = ARGV[i]
-    ids[#ids + 1] = ARGV[i + 1]
-  end
-end
-if #entries > 0 then
-  redis.call('XDEL', KEYS[1], unpack(entries))
-  redis.call('HDEL', KEYS[2], unpack(ids))
-  redis.call('HDEL', KEYS[3], unpack(ids))
-  redis.call('HDEL', KEYS[4], unpack(ids))
-end
-return #entries
-`, 4);
-const SUCCESS_BATCH = 1000;
-
-// Steps 4-5: nothing is written before ECHO.RETRY, the one write the server may refuse (a
-// schedule or dead key of another type): refused, the entry stays delivered and is taken over
-// after the lease. Reply {fired, held}: -3 the entry is no longer pending (a resend, or settled
-// by another worker), -4 the job was removed while it ran (its entry is dropped, no trace
-// written); held is 0 (no hold asked: hold_ms 0 would lift a hold), the hold's end, or a
-// string, the hold's refusal, which never stops the failure being written.
-const FAIL = new Script(`
--- KEYS: schedule pending dead attempts errors jobs
--- ARGV: id entry policy attempt max_attempts message hold_ms
-if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return {-3, 0} end
-redis.call('HLEN', KEYS[4])
-redis.call('HLEN', KEYS[5])
-if redis.call('HEXISTS', KEYS[6], ARGV[1]) == 0 then
-  redis.call('XACK', KEYS[2], 'workers', ARGV[2])
-  redis.call('XDEL', KEYS[2], ARGV[2])
-  return {-4, 0}
-end
-local fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
-                         'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-redis.call('XACK', KEYS[2], 'workers', ARGV[2])
-redis.call('XDEL', KEYS[2], ARGV[2])
-local held = 0
-if ARGV[7] ~= '0' then
-  held = redis.pcall('ECHO.HOLD', KEYS[1], ARGV[7])
-  if type(held) == 'table' then held = held.err end
-end
-return {fired, held}
-`, 6);
-
-// Step 8: an entry taken but never started, put back as a new entry; the XADD (which may be
-// refused) is the first write, and an entry no longer pending (a resend) is left alone.
-const HAND_BACK = new Script(`
--- KEYS: pending   ARGV: entry id
-if #redis.call('XPENDING', KEYS[1], 'workers', ARGV[1], ARGV[1], 1) == 0 then return 0 end
-redis.call('XADD', KEYS[1], '*', 'job', ARGV[2])
-redis.call('XACK', KEYS[1], 'workers', ARGV[1])
-redis.call('XDEL', KEYS[1], ARGV[1])
-return 1
-`, 1);
+// Step 3: successes, at most SUCCESS_BATCH (entry, id) pairs a call; steps 4-5: one failure;
+// step 8: an entry taken but never started, put back as a new entry (protocol/*.lua says why
+// each is written as it is).
+const SUCCESS = new Script(SCRIPTS.succeed, 4);
+const FAIL = new Script(SCRIPTS.fail, 6);
+const HAND_BACK = new Script(SCRIPTS.handBack, 1);
 
 // A refusal that says where the connection leads, not what was sent: the server is a replica
 // now (READONLY for a write, UNBLOCKED for a read blocked when it turned), a replica cut from

@@ -6,12 +6,14 @@
 //                    [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //   crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
 //   crossworker dead --url URL --queue NAME
+//   crossworker requeue --url URL --queue NAME --id ID
+//   crossworker purge --url URL --queue NAME [--older-than-ms MS]
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import Redis from "iovalkey";
 import { Queue, Worker } from "../index.js";
 
-const USAGE = "usage: crossworker.mjs work|add|dead --url URL --queue NAME [options]";
+const USAGE = "usage: crossworker.mjs work|add|dead|requeue|purge --url URL --queue NAME [options]";
 
 function int(values, name, dflt) {
   if (values[name] === undefined) return dflt;
@@ -83,6 +85,17 @@ async function dead(queue) {
   }
 }
 
+// Prints true when the job was dead and is pending again, else false.
+async function requeue(values, queue) {
+  if (values.id === undefined) throw new Error("requeue needs --id ID");
+  await write(String(await queue.requeue(values.id)));
+}
+
+// Prints how many dead jobs were removed.
+async function purge(values, queue) {
+  await write(String(await queue.purgeDead(int(values, "older-than-ms", 0))));
+}
+
 async function main() {
   const [command, ...rest] = process.argv.slice(2);
   const { values } = parseArgs({
@@ -104,17 +117,24 @@ async function main() {
       count: { type: "string" },
       "id-prefix": { type: "string" },
       "delay-ms": { type: "string" },
+      id: { type: "string" },
+      "older-than-ms": { type: "string" },
     },
     strict: true,
   });
-  if (!["work", "add", "dead"].includes(command) || !values.url || !values.queue) throw new Error(USAGE);
+  const commands = {
+    work: () => work(values, connection, queue),
+    add: () => add(values, queue),
+    dead: () => dead(queue),
+    requeue: () => requeue(values, queue),
+    purge: () => purge(values, queue),
+  };
+  if (!Object.hasOwn(commands, command) || !values.url || !values.queue) throw new Error(USAGE);
   const connection = new Redis(values.url);
   connection.on("error", () => {}); // reconnected by ioredis (see work)
   const queue = new Queue(connection, values.queue);
   try {
-    if (command === "work") await work(values, connection, queue);
-    else if (command === "add") await add(values, queue);
-    else await dead(queue);
+    await commands[command]();
   } finally {
     connection.disconnect();
   }

@@ -6,6 +6,8 @@
                       [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
   crossworker.py add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
   crossworker.py dead --url URL --queue NAME
+  crossworker.py requeue --url URL --queue NAME --id ID
+  crossworker.py purge --url URL --queue NAME [--older-than-ms MS]
 """
 
 from __future__ import annotations
@@ -99,6 +101,20 @@ def dead(args) -> int:
     return 0
 
 
+def requeue(args) -> int:
+    """Prints true when the job was dead and is pending again, else false."""
+    queue = echomq.Queue(valkey.Valkey.from_url(args.url), args.queue)
+    print("true" if queue.requeue(args.id) else "false", flush=True)
+    return 0
+
+
+def purge(args) -> int:
+    """Prints how many dead jobs were removed."""
+    queue = echomq.Queue(valkey.Valkey.from_url(args.url), args.queue)
+    print(queue.purge_dead(args.older_than_ms), flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="crossworker")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,8 +143,15 @@ def main(argv=None) -> int:
     a.add_argument("--delay-ms", type=int, default=0)
     d = sub.add_parser("dead")
     common(d)
+    r = sub.add_parser("requeue")
+    common(r)
+    r.add_argument("--id", required=True)
+    p = sub.add_parser("purge")
+    common(p)
+    p.add_argument("--older-than-ms", type=int, default=0)
     args = parser.parse_args(argv)
-    return {"work": work, "add": add, "dead": dead}[args.command](args)
+    commands = {"work": work, "add": add, "dead": dead, "requeue": requeue, "purge": purge}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

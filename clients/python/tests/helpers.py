@@ -42,3 +42,57 @@ def running(queue, handler, cls=echomq.Worker, **options):
 def queue_keys(name: str):
     tag = "{" + name + "}:"
     return [tag + k for k in ("schedule", "pending", "dead", "jobs", "attempts", "errors")]
+
+
+def keys(qname: str):
+    """The queue's six keys by suffix."""
+    return {k: "{%s}:%s" % (qname, k) for k in ("schedule", "pending", "dead", "jobs", "attempts", "errors")}
+
+
+def in_flight(client, qname: str) -> int:
+    return echomq.Queue(client, qname).counts()["in_flight"]
+
+
+def held_until(client, qname: str) -> int:
+    """The end of the queue's hold (server ms), 0 when not held."""
+    reply = client.execute_command("ECHO.LIMITS", "{%s}:schedule" % qname)
+    if not isinstance(reply, dict):
+        reply = dict(zip(reply[::2], reply[1::2]))
+    return int(reply[b"held-until-ms"] or 0)
+
+
+@contextlib.contextmanager
+def held_and_read(client, qname: str):
+    """The queue held for a minute, a Worker (60 s lease) whose handler records the ids it runs,
+    and a job added that the worker reads and keeps, waiting out the hold: yields (runs, job id).
+    The worker is closed when the block ends (so it hands the entry back), the hold lifted after."""
+    from conftest import wait_for
+
+    queue = echomq.Queue(client, qname)
+    schedule = keys(qname)["schedule"]
+    client.execute_command("ECHO.HOLD", schedule, 60_000)
+    runs = []
+    try:
+        with running(queue, lambda job: runs.append(job.id), lease_ms=60_000):
+            jid = queue.add(b"x")
+            wait_for(lambda: in_flight(client, qname) == 1, what="the entry to be read")
+            yield runs, jid
+    finally:
+        client.execute_command("ECHO.HOLD", schedule, 0)
+
+
+def recorder(runs, fail=None):
+    """``handler(name)``: a handler that records (name, job id) in ``runs`` (thread-safe), then
+    raises RuntimeError(fail) when ``fail`` is given."""
+    lock = threading.Lock()
+
+    def handler(name):
+        def h(job):
+            with lock:
+                runs.append((name, job.id))
+            if fail is not None:
+                raise RuntimeError(fail)
+
+        return h
+
+    return handler

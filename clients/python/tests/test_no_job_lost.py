@@ -12,17 +12,9 @@ from valkey.exceptions import ResponseError
 
 import echomq
 from conftest import wait_for
-from helpers import running
+from helpers import held_and_read, in_flight, keys, running
 
 LAST_ID = "18446744073709551615-18446744073709551615"
-
-
-def keys(qname):
-    return {k: "{%s}:%s" % (qname, k) for k in ("schedule", "pending", "dead", "jobs", "attempts", "errors")}
-
-
-def in_flight(client, qname) -> int:
-    return echomq.Queue(client, qname).counts()["in_flight"]
 
 
 def warned(caplog, text: str) -> bool:
@@ -205,20 +197,12 @@ def test_remove_during_a_run_leaves_no_key(client, qname):
 def test_a_refused_hand_back_leaves_the_entry_in_the_group(client, qname, caplog):
     """Entries waiting out a hold are handed back on close; when pending refuses the new entry
     (a stream out of IDs) the old one stays delivered, to be taken over, not deleted."""
-    q = echomq.Queue(client, qname)
     k = keys(qname)
-    client.execute_command("ECHO.HOLD", k["schedule"], 60_000)
-    runs = []
-    try:
-        with running(q, lambda job: runs.append(job.id), lease_ms=60_000):
-            jid = q.add(b"x")
-            wait_for(lambda: in_flight(client, qname) == 1, what="the entry to be read")
-            client.xadd(k["pending"], {"job": "top"}, id=LAST_ID)
-        assert runs == []
-        assert warned(caplog, "cannot hand back"), [r.getMessage() for r in caplog.records]
-        assert in_flight(client, qname) == 1, "the entry is still delivered"
-        jobs = [fields.get(b"job") for _, fields in client.xrange(k["pending"])]
-        assert jobs == [jid.encode(), b"top"]
-        assert client.hget(k["jobs"], jid) == b"x"
-    finally:
-        client.execute_command("ECHO.HOLD", k["schedule"], 0)
+    with held_and_read(client, qname) as (runs, jid):
+        client.xadd(k["pending"], {"job": "top"}, id=LAST_ID)
+    assert runs == []
+    assert warned(caplog, "cannot hand back"), [r.getMessage() for r in caplog.records]
+    assert in_flight(client, qname) == 1, "the entry is still delivered"
+    jobs = [fields.get(b"job") for _, fields in client.xrange(k["pending"])]
+    assert jobs == [jid.encode(), b"top"]
+    assert client.hget(k["jobs"], jid) == b"x"

@@ -7,11 +7,15 @@
 //!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
 //! crossworker dead --url URL --queue NAME
+//! crossworker requeue --url URL --queue NAME --id ID
+//! crossworker purge --url URL --queue NAME [--older-than-ms MS]
 //! ```
 //!
 //! `work` runs a worker until SIGTERM (then closes it gracefully and exits
 //! 0) and prints `ready` once the group exists; `add` prints the ids it
-//! added; `dead` prints each dead job as a JSON object per line.
+//! added; `dead` prints each dead job as a JSON object per line; `requeue`
+//! prints `true` when the job was dead and is pending again (else `false`);
+//! `purge` prints how many dead jobs it removed.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -20,7 +24,8 @@ use std::time::Duration;
 
 use echomq_client::{AddOptions, Job, JobError, Queue, Worker, WorkerOptions};
 
-const USAGE: &str = "usage: crossworker work|add|dead --url URL --queue NAME [options]";
+const USAGE: &str =
+    "usage: crossworker work|add|dead|requeue|purge --url URL --queue NAME [options]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -46,6 +51,8 @@ async fn main() -> ExitCode {
         "work" => work(&options).await,
         "add" => add(&options).await,
         "dead" => dead(&options).await,
+        "requeue" => requeue(&options).await,
+        "purge" => purge(&options).await,
         _ => Err(format!("unknown command {command:?}\n{USAGE}")),
     };
     match result {
@@ -204,6 +211,27 @@ async fn dead(options: &HashMap<String, String>) -> Result<(), String> {
         }
     }
     out.flush().map_err(|e| e.to_string())
+}
+
+async fn requeue(options: &HashMap<String, String>) -> Result<(), String> {
+    let queue = open(options).await?;
+    let moved = queue
+        .requeue(required(options, "id")?)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{moved}");
+    Ok(())
+}
+
+async fn purge(options: &HashMap<String, String>) -> Result<(), String> {
+    let queue = open(options).await?;
+    let older_than_ms = number(options, "older-than-ms", 0)?;
+    let removed = queue
+        .purge_dead(older_than_ms)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{removed}");
+    Ok(())
 }
 
 fn json_string(s: &str) -> String {

@@ -2,7 +2,7 @@
 //! reading and repairing the dead set.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
@@ -10,75 +10,22 @@ use redis::{
     Script, Value,
 };
 
-use crate::new_job_id;
+use crate::protocol::{ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE};
 
-/// The consumer group every worker of every language joins.
-pub(crate) const GROUP: &str = "workers";
+/// A time-ordered unique id: the client's Unix time in ms as 13 digits, `-`,
+/// then 16 lower-case hex digits from a random source.
+pub fn new_job_id() -> String {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("{ms:013}-{:016x}", rand::random::<u64>())
+}
 
 /// How long a command on the shared connection may wait for its reply. The
 /// redis crate's default (500 ms) is short for a 1,000-job transaction of
 /// large payloads on a busy server.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Jobs per transaction in [`Queue::add_many`].
-const BATCH: usize = 1000;
-
-/// Jobs, pending, schedule; id, payload, delay_ms. Nothing is written before
-/// the enqueue, the one write that can be refused (a `schedule` key of
-/// another type, a stream out of IDs): a refused enqueue is the script's
-/// error and leaves no trace, so the id is not left taken by a job that is
-/// nowhere.
-const ADD_SCRIPT: &str = r"
--- KEYS: jobs pending schedule   ARGV: id payload delay_ms
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
-else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
-";
-
-/// The largest `delay_ms` (`ECHO.SCHEDULE` takes `0..=10^13`).
-pub const MAX_DELAY_MS: u64 = 10_000_000_000_000;
-
-/// Dead, attempts, errors, pending; id. The hashes' types are checked and
-/// the `XADD` (which a `pending` of another type or a stream out of IDs
-/// refuses) comes first: a refused requeue leaves the job in `dead` with its
-/// attempts and error. A resend finds the job no longer dead (0).
-const REQUEUE_SCRIPT: &str = r"
--- KEYS: dead attempts errors pending   ARGV: id
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return 0 end
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-return 1
-";
-
-/// Dead, jobs, attempts, errors; older_than_ms. Every key's type is checked
-/// before the first write, so a key of another type deletes nothing rather
-/// than leaving ids in `dead` without their payload.
-const PURGE_SCRIPT: &str = r"
--- KEYS: dead jobs attempts errors   ARGV: older_than_ms
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
-local t = redis.call('TIME')
-local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
-local max = string.format('%d', cutoff)
-local n = 0
-while true do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, 1000)
-  if #ids == 0 then break end
-  redis.call('ZREM', KEYS[1], unpack(ids))
-  redis.call('HDEL', KEYS[2], unpack(ids))
-  redis.call('HDEL', KEYS[3], unpack(ids))
-  redis.call('HDEL', KEYS[4], unpack(ids))
-  n = n + #ids
-end
-return n
-";
 
 /// How [`Queue::add`] adds a job.
 #[derive(Clone, Debug, Default)]
@@ -341,7 +288,7 @@ impl Queue {
         match options.id {
             Some(id) => {
                 check_id(&id)?;
-                let _: i64 = Script::new(ADD_SCRIPT)
+                let _: i64 = Script::new(ADD_WITH_ID)
                     .key(&self.keys.jobs)
                     .key(&self.keys.pending)
                     .key(&self.keys.schedule)
@@ -409,13 +356,13 @@ impl Queue {
                 check_id(id)?;
             }
         }
-        let script = Script::new(ADD_SCRIPT);
+        let script = Script::new(ADD_WITH_ID);
         let mut pipe = redis::pipe();
         if jobs.iter().any(|(_, o)| o.id.is_some()) {
             // Loaded before the transactions, so EVALSHA inside them finds it.
-            pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_SCRIPT).ignore();
+            pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_WITH_ID).ignore();
         }
-        for chunk in jobs.chunks(BATCH) {
+        for chunk in jobs.chunks(ADD_BATCH) {
             pipe.cmd("MULTI").ignore();
             for (payload, options) in chunk {
                 match &options.id {
@@ -535,7 +482,7 @@ impl Queue {
     pub async fn requeue(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
-        let moved: i64 = Script::new(REQUEUE_SCRIPT)
+        let moved: i64 = Script::new(REQUEUE)
             .key(&k.dead)
             .key(&k.attempts)
             .key(&k.errors)
@@ -581,7 +528,7 @@ impl Queue {
     pub async fn purge_dead(&self, older_than_ms: u64) -> RedisResult<u64> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
-        Script::new(PURGE_SCRIPT)
+        Script::new(PURGE_DEAD)
             .key(&k.dead)
             .key(&k.jobs)
             .key(&k.attempts)

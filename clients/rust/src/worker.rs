@@ -12,7 +12,12 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult, Script, Value};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::queue::{client_error, stale, Queue, QueueConnection, GROUP, RESPONSE_TIMEOUT};
+use crate::protocol::{
+    DEFAULT_BACKOFF, DEFAULT_LEASE_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DELIVERIES,
+    DEFAULT_SHUTDOWN_TIMEOUT_MS, FAIL, GROUP, HAND_BACK, MAX_ERROR_BYTES, MAX_HOLD_MS,
+    PROMOTE_LIMIT, SUCCEED, SUCCESS_BATCH,
+};
+use crate::queue::{client_error, stale, Queue, QueueConnection, RESPONSE_TIMEOUT};
 
 /// One run of a job, as the handler gets it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,11 +100,11 @@ impl Default for WorkerOptions {
     fn default() -> Self {
         WorkerOptions {
             concurrency: 10,
-            backoff: "jitter:exponential:1000:3600000".into(),
-            max_attempts: 10,
-            lease_ms: 30_000,
-            max_deliveries: 3,
-            shutdown_timeout_ms: 10_000,
+            backoff: DEFAULT_BACKOFF.into(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            lease_ms: DEFAULT_LEASE_MS,
+            max_deliveries: DEFAULT_MAX_DELIVERIES,
+            shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
         }
     }
 }
@@ -107,89 +112,10 @@ impl Default for WorkerOptions {
 type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
 type Handler = Arc<dyn Fn(Job) -> HandlerFuture + Send + Sync>;
 
-/// The longest message kept in `{name}:errors`.
-const MAX_ERROR_BYTES: usize = 4096;
 /// How often the worker asks whether the server promotes its queue itself.
 const QUEUES_EVERY: Duration = Duration::from_secs(10);
-/// The longest hold `ECHO.HOLD` takes (a day).
-const MAX_HOLD_MS: u64 = 86_400_000;
 /// How often a worker waiting out a hold asks whether it still holds.
 const HOLD_CHECK: Duration = Duration::from_secs(1);
-
-/// Steps 4 and 5 of `docs/clients.md`: a failure. Every check comes before
-/// the first write, and `ECHO.RETRY` (which a key of another type refuses)
-/// is that first write: a refused retry writes nothing and leaves the entry
-/// delivered, taken over after the lease instead of being in no key at all.
-/// A resend finds its entry acknowledged (-3); a job removed while it ran is
-/// dropped without a trace (-4). The hold is taken last and with `pcall`: a
-/// refused hold (its error text as `held`) never stops the failure.
-const FAIL_SCRIPT: &str = r"
--- KEYS: schedule pending dead attempts errors jobs
--- ARGV: id entry policy attempt max_attempts message hold_ms
-if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return {-3, 0} end
-redis.call('HLEN', KEYS[4])
-redis.call('HLEN', KEYS[5])
-if redis.call('HEXISTS', KEYS[6], ARGV[1]) == 0 then
-  redis.call('XACK', KEYS[2], 'workers', ARGV[2])
-  redis.call('XDEL', KEYS[2], ARGV[2])
-  return {-4, 0}
-end
-local fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
-                         'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-redis.call('XACK', KEYS[2], 'workers', ARGV[2])
-redis.call('XDEL', KEYS[2], ARGV[2])
-local held = 0
-if ARGV[7] ~= '0' then
-  held = redis.pcall('ECHO.HOLD', KEYS[1], ARGV[7])
-  if type(held) == 'table' then held = held.err end
-end
-return {fired, held}
-";
-
-/// Step 3: successes. Only the runs whose entry is still pending (this
-/// delivery still owns them) are deleted: a batch sent again after its
-/// first reply was lost deletes nothing, so a job added again with the same
-/// id meanwhile keeps its payload. The hashes' types are checked before the
-/// first write.
-const SUCCESS_SCRIPT: &str = r"
--- KEYS: pending jobs attempts errors   ARGV: entry id [entry id ...]
--- Reply: how many of the runs were settled now (an entry no longer pending was settled before)
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
-local entries, ids = {}, {}
-for i = 1, #ARGV, 2 do
-  if redis.call('XACK', KEYS[1], 'workers', ARGV[i]) == 1 then
-    entries[#entries + 1] = ARGV[i]
-    ids[#ids + 1] = ARGV[i + 1]
-  end
-end
-if #entries > 0 then
-  redis.call('XDEL', KEYS[1], unpack(entries))
-  redis.call('HDEL', KEYS[2], unpack(ids))
-  redis.call('HDEL', KEYS[3], unpack(ids))
-  redis.call('HDEL', KEYS[4], unpack(ids))
-end
-return #entries
-";
-
-/// Step 8 (close): an entry taken but not started, handed back as a new
-/// entry. Added before it is acknowledged, so a refused `XADD` leaves the
-/// old entry delivered (taken over after the lease); a resend finds it no
-/// longer pending and adds nothing.
-const HAND_BACK_SCRIPT: &str = r"
--- KEYS: pending   ARGV: entry id
-if #redis.call('XPENDING', KEYS[1], 'workers', ARGV[1], ARGV[1], 1) == 0 then return 0 end
-redis.call('XADD', KEYS[1], '*', 'job', ARGV[2])
-redis.call('XACK', KEYS[1], 'workers', ARGV[1])
-redis.call('XDEL', KEYS[1], ARGV[1])
-return 1
-";
-
-/// Pairs (entry, id) per success script call.
-const SUCCESS_BATCH: usize = 1000;
 
 /// Closes a running [`Worker`]; cloneable and usable from any task.
 #[derive(Clone)]
@@ -274,9 +200,9 @@ impl Worker {
                 stopped: AtomicBool::new(false),
                 abandon: AtomicBool::new(false),
                 cursor: Mutex::new("0-0".into()),
-                fail_script: Script::new(FAIL_SCRIPT),
-                success_script: Script::new(SUCCESS_SCRIPT),
-                hand_back_script: Script::new(HAND_BACK_SCRIPT),
+                fail_script: Script::new(FAIL),
+                success_script: Script::new(SUCCEED),
+                hand_back_script: Script::new(HAND_BACK),
                 close: Arc::new(watch::channel(false).0),
                 acks: acks_tx,
             }),
@@ -530,7 +456,7 @@ impl Inner {
                 .arg(&keys.schedule)
                 .arg(&keys.pending)
                 .arg("LIMIT")
-                .arg(1000);
+                .arg(PROMOTE_LIMIT);
         }
         pipe.cmd("XREADGROUP")
             .arg("GROUP")
@@ -636,10 +562,7 @@ impl Inner {
         let keys = &self.queue.keys;
         let mut pipe = redis::pipe();
         // Loaded first, so that EVALSHA finds it.
-        pipe.cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(HAND_BACK_SCRIPT)
-            .ignore();
+        pipe.cmd("SCRIPT").arg("LOAD").arg(HAND_BACK).ignore();
         for e in &entries {
             match &e.id {
                 Some(id) => {
@@ -837,7 +760,7 @@ impl Inner {
                     AckMsg::Ack(e) => batch.push(e),
                     AckMsg::Flush(tx) => flushes.push(tx),
                 }
-                if batch.len() < 1000 {
+                if batch.len() < SUCCESS_BATCH {
                     next = rx.try_recv().ok();
                 }
             }

@@ -7,10 +7,9 @@ import secrets
 import time
 from typing import Tuple, Union
 
-Payload = Union[bytes, bytearray, memoryview, str]
+from ._protocol import MAX_ERROR_BYTES
 
-GROUP = b"workers"
-MAX_ERROR_BYTES = 4096
+Payload = Union[bytes, bytearray, memoryview, str]
 
 
 class Keys:

@@ -6,57 +6,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from ._common import Keys, Payload, check_client, id_bytes, new_id, new_job_id, server_ms, to_bytes, to_str
-
-# KEYS: jobs pending schedule   ARGV: id payload delay_ms   Reply: 1 added, 0 exists.
-# The enqueue (the one write that can be refused) comes first and the payload after it: a refused
-# enqueue is raised as the script's error with nothing written.
-ADD_SCRIPT = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-if ARGV[3] == '0' then redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
-else redis.call('ECHO.SCHEDULE', KEYS[3], ARGV[1], ARGV[3]) end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
-"""
-
-# KEYS: dead attempts errors pending   ARGV: id   Reply: 1 requeued, 0 not dead.
-# Every type is checked (ZSCORE, HLEN) and the XADD, the one write that can be refused (pending of
-# another type, or a stream out of IDs), comes first: a refused requeue keeps the job in dead with
-# its attempts and error.
-REQUEUE_SCRIPT = """
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return 0 end
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('XADD', KEYS[4], '*', 'job', ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-return 1
-"""
-
-# KEYS: dead jobs attempts errors   ARGV: older_than_ms
-# The hashes' types are checked before the first ZREM: a purge that fails writes nothing.
-PURGE_SCRIPT = """
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
-local t = redis.call('TIME')
-local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
-local max = string.format('%d', cutoff)
-local n = 0
-while true do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', max, 'LIMIT', 0, 1000)
-  if #ids == 0 then break end
-  redis.call('ZREM', KEYS[1], unpack(ids))
-  redis.call('HDEL', KEYS[2], unpack(ids))
-  redis.call('HDEL', KEYS[3], unpack(ids))
-  redis.call('HDEL', KEYS[4], unpack(ids))
-  n = n + #ids
-end
-return n
-"""
-
-BATCH = 1000
-
+from ._protocol import ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE
+from .worker import Worker
 
 @dataclass(frozen=True)
 class DeadJob:
@@ -67,9 +18,6 @@ class DeadJob:
     attempts: int
     error: Optional[str]
     payload: Optional[bytes]
-
-
-MAX_DELAY_MS = 10_000_000_000_000  # the most ECHO.SCHEDULE takes
 
 
 def _delay(delay_ms: int) -> int:
@@ -95,9 +43,9 @@ class Queue:
         self.client = client
         self.name = name
         self.keys = Keys(name)
-        self._add_script = client.register_script(ADD_SCRIPT)
-        self._requeue_script = client.register_script(REQUEUE_SCRIPT)
-        self._purge_script = client.register_script(PURGE_SCRIPT)
+        self._add_script = client.register_script(ADD_WITH_ID)
+        self._requeue_script = client.register_script(REQUEUE)
+        self._purge_script = client.register_script(PURGE_DEAD)
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -168,8 +116,8 @@ class Queue:
             out = [new_id() for _ in data]
             raw = [i.encode() for i in out]
             given = False
-        for start in range(0, len(data), BATCH):
-            self._execute_adds(list(zip(raw[start : start + BATCH], data[start : start + BATCH])), delay_ms, given)
+        for start in range(0, len(data), ADD_BATCH):
+            self._execute_adds(list(zip(raw[start : start + ADD_BATCH], data[start : start + ADD_BATCH])), delay_ms, given)
         return out
 
     # -- inspecting --------------------------------------------------------------------------
@@ -182,7 +130,7 @@ class Queue:
         pipe.zcard(k.schedule)
         pipe.zcount(k.schedule, "-inf", now)
         pipe.xlen(k.pending)
-        pipe.execute_command("XPENDING", k.pending, b"workers")
+        pipe.execute_command("XPENDING", k.pending, GROUP)
         pipe.zcard(k.dead)
         zcard, due, xlen, xpending, dead = pipe.execute(raise_on_error=False)
         if isinstance(xpending, Exception):
@@ -263,6 +211,4 @@ class Queue:
 
     def worker(self, handler, **options):
         """Shorthand for ``Worker(self, handler, **options)``."""
-        from .worker import Worker
-
         return Worker(self, handler, **options)

@@ -9,7 +9,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 import valkey
 from valkey.exceptions import BusyLoadingError, ReadOnlyError
@@ -17,13 +17,27 @@ from valkey.exceptions import ConnectionError as _ConnError
 from valkey.exceptions import ResponseError
 from valkey.exceptions import TimeoutError as _TimeoutError
 
-from ._common import GROUP, consumer_name, error_text, server_ms, to_str
-from .queue import Queue
+from ._common import consumer_name, error_text, server_ms, to_str
+from ._protocol import (
+    DEFAULT_BACKOFF,
+    DEFAULT_LEASE_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_DELIVERIES,
+    DEFAULT_SHUTDOWN_TIMEOUT_MS,
+    FAIL,
+    GROUP,
+    HAND_BACK,
+    MAX_HOLD_MS,
+    PROMOTE_LIMIT,
+    SUCCEED,
+    SUCCESS_BATCH,
+)
+
+if TYPE_CHECKING:  # queue.py imports this module: the annotation only, no import cycle
+    from .queue import Queue
 
 log = logging.getLogger("echomq")
 
-DEFAULT_BACKOFF = "jitter:exponential:1000:3600000"
-MAX_HOLD_MS = 86_400_000
 HOLD_RECHECK_S = 1.0  # a worker waiting out a hold asks again this often: a lifted hold is seen
 _TRANSIENT = (_ConnError, _TimeoutError, OSError)
 _STALE_CODES = ("READONLY", "UNBLOCKED", "MASTERDOWN", "LOADING")
@@ -46,76 +60,6 @@ def _stale(exc: BaseException) -> bool:
     # A pipeline's error is prefixed with the command it answered.
     text = text.split("caused error: ", 1)[-1]
     return text.startswith(_STALE_CODES)
-
-# One failed job (docs/clients.md, Working, step 4). Every type is checked before the first write,
-# and ECHO.RETRY (the one write that can be refused) is the first: a refused retry writes nothing and
-# leaves the entry delivered, to be taken over. A resend finds the entry acknowledged (-3) and writes
-# nothing; a job removed while it ran (-4) has its entry dropped and no trace written. The hold comes
-# last and under pcall: a hold that cannot be taken never stops the failure from being written.
-# KEYS: schedule pending dead attempts errors jobs
-# ARGV: id entry policy attempt max_attempts message hold_ms
-# Reply: {fired, held}; held is 0 (no hold asked), the hold's end (ms), or a string: the refusal.
-FAIL_SCRIPT = """
-if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return {-3, 0} end
-redis.call('HLEN', KEYS[4])
-redis.call('HLEN', KEYS[5])
-if redis.call('HEXISTS', KEYS[6], ARGV[1]) == 0 then
-  redis.call('XACK', KEYS[2], 'workers', ARGV[2])
-  redis.call('XDEL', KEYS[2], ARGV[2])
-  return {-4, 0}
-end
-local fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
-                         'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-redis.call('XACK', KEYS[2], 'workers', ARGV[2])
-redis.call('XDEL', KEYS[2], ARGV[2])
-local held = 0
-if ARGV[7] ~= '0' then
-  held = redis.pcall('ECHO.HOLD', KEYS[1], ARGV[7])
-  if type(held) == 'table' then held = held.err end
-end
-return {fired, held}
-"""
-
-# Successes (step 3), up to SUCCESS_BATCH runs a call. Only the entries this delivery still owns
-# (XACK replies 1) have their entry and job deleted: a resent batch whose first try reached the
-# server deletes nothing, though the id may belong to a job added since.
-# KEYS: pending jobs attempts errors   ARGV: entry id [entry id ...]
-# Reply: how many of the runs were settled now (an entry no longer pending was settled before)
-SUCCESS_SCRIPT = """
-redis.call('HLEN', KEYS[2])
-redis.call('HLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
-local entries, ids = {}, {}
-for i = 1, #ARGV, 2 do
-  if redis.call('XACK', KEYS[1], 'workers', ARGV[i]) == 1 then
-    entries[#entries + 1] = ARGV[i]
-    ids[#ids + 1] = ARGV[i + 1]
-  end
-end
-if #entries > 0 then
-  redis.call('XDEL', KEYS[1], unpack(entries))
-  redis.call('HDEL', KEYS[2], unpack(ids))
-  redis.call('HDEL', KEYS[3], unpack(ids))
-  redis.call('HDEL', KEYS[4], unpack(ids))
-end
-return #entries
-"""
-SUCCESS_BATCH = 1000
-
-# An entry taken but not started, handed back on close (step 8): the new entry is written first (a
-# refused XADD writes nothing: the entry stays delivered, taken over after the lease), and only an
-# entry still pending is handed back (a resend writes nothing).
-# KEYS: pending   ARGV: entry id
-HAND_BACK_SCRIPT = """
-if #redis.call('XPENDING', KEYS[1], 'workers', ARGV[1], ARGV[1], 1) == 0 then return 0 end
-redis.call('XADD', KEYS[1], '*', 'job', ARGV[2])
-redis.call('XACK', KEYS[1], 'workers', ARGV[1])
-redis.call('XDEL', KEYS[1], ARGV[1])
-return 1
-"""
-
 
 class RetryAfter(Exception):
     """Raise from a handler when a dependency asked to wait (429/503 with Retry-After):
@@ -220,10 +164,10 @@ class Worker:
         handler: Callable[[Job], object],
         concurrency: int = 10,
         backoff: str = DEFAULT_BACKOFF,
-        max_attempts: int = 10,
-        lease_ms: int = 30_000,
-        max_deliveries: int = 3,
-        shutdown_timeout_ms: int = 10_000,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        shutdown_timeout_ms: int = DEFAULT_SHUTDOWN_TIMEOUT_MS,
         block_ms: int = 1000,
     ) -> None:
         if concurrency < 1:
@@ -266,9 +210,9 @@ class Worker:
         self._deadline: Optional[float] = None  # monotonic time after which unsent outcomes are dropped
         self._claim_cursor = b"0-0"  # XAUTOCLAIM's cursor, kept between takeovers
         self._reader = None  # the blocking reads' client, once run() made it
-        self._fail_script = self.client.register_script(FAIL_SCRIPT)
-        self._success_script = self.client.register_script(SUCCESS_SCRIPT)
-        self._hand_back_script = self.client.register_script(HAND_BACK_SCRIPT)
+        self._fail_script = self.client.register_script(FAIL)
+        self._success_script = self.client.register_script(SUCCEED)
+        self._hand_back_script = self.client.register_script(HAND_BACK)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -448,7 +392,7 @@ class Worker:
         block = min(100 if self._self_promote else self.block_ms, max(1, self.lease_ms // 2))
         pipe = reader.pipeline(transaction=False)
         if self._self_promote:
-            pipe.execute_command("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", 1000)
+            pipe.execute_command("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", PROMOTE_LIMIT)
         pipe.xreadgroup(GROUP, self.consumer, {k.pending: ">"}, count=free, block=block)
         pipe.execute_command("ECHO.LIMITS", k.schedule)
         pipe.time()

@@ -1,0 +1,38 @@
+// The protocol's scripts and constants (docs/clients.md): the files of the repository's
+// protocol/ folder, the one copy the three libraries share, read once at import. In the
+// repository (this file at clients/node/src/) that folder itself; a package packed or installed
+// with --install-links holds a copy in its own protocol/ (package.json's prepare script makes it).
+import { existsSync, readFileSync } from "node:fs";
+
+const repository = new URL("../../../protocol/", import.meta.url);
+const inRepository = import.meta.url.endsWith("/clients/node/src/protocol.js") && existsSync(repository);
+export const PROTOCOL_DIR = inRepository ? repository : new URL("../protocol/", import.meta.url);
+
+// As the file holds it, byte for byte: its SHA1 is what the server caches the script by.
+const text = (name) => readFileSync(new URL(name, PROTOCOL_DIR), "utf8");
+
+export const SCRIPT_FILES = {
+  addWithId: "add_with_id.lua",
+  succeed: "succeed.lua",
+  fail: "fail.lua",
+  handBack: "hand_back.lua",
+  requeue: "requeue.lua",
+  purgeDead: "purge_dead.lua",
+};
+export const SCRIPTS = Object.fromEntries(Object.entries(SCRIPT_FILES).map(([k, f]) => [k, text(f)]));
+
+const c = JSON.parse(text("constants.json"));
+export const GROUP = c.group;
+export const MAX_DELAY_MS = c.max_delay_ms; // the range ECHO.SCHEDULE takes
+export const MAX_HOLD_MS = c.max_hold_ms; // the most ECHO.HOLD takes (a day)
+export const MAX_ERROR_BYTES = c.max_error_bytes;
+export const ADD_BATCH = c.add_batch; // jobs per transaction of addMany
+export const SUCCESS_BATCH = c.success_batch; // (entry, id) pairs per success script call
+export const PROMOTE_LIMIT = c.promote_limit;
+export const DEFAULTS = Object.freeze({
+  backoff: c.default_backoff,
+  maxAttempts: c.default_max_attempts,
+  leaseMs: c.default_lease_ms,
+  maxDeliveries: c.default_max_deliveries,
+  shutdownTimeoutMs: c.default_shutdown_timeout_ms,
+});
