@@ -431,9 +431,8 @@ fn rediss_with_a_ca_file_and_a_clean_error_with_the_wrong_ca() {
 /// The words of docs/security.md's `ACL SETUSER <user> ...` line, with its
 /// password placeholder replaced by `password`.
 fn acl_line(user: &str, password: &str) -> Vec<String> {
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/security.md"))
-            .expect("docs/security.md");
+    let doc = std::fs::read_to_string(workspace_root().join("docs/security.md"))
+        .expect("docs/security.md");
     let prefix = format!("ACL SETUSER {user} ");
     let lines: Vec<&str> = doc.lines().filter(|l| l.starts_with(&prefix)).collect();
     assert_eq!(lines.len(), 1, "one ACL line for {user}: {lines:?}");
