@@ -11,6 +11,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use crate::target_dir;
 
@@ -102,4 +103,34 @@ pub fn install(name: &str, package: &Path, scripts: &[(PathBuf, &str)]) -> Resul
         std::fs::copy(from, dir.join(to)).map_err(|e| format!("copy {}: {e}", from.display()))?;
     }
     Ok(dir)
+}
+
+/// A suite's Node.js install, made once per test binary:
+/// `static NODE: Install = Install::new();` then `NODE.dir(...)`.
+pub struct Install(OnceLock<Result<PathBuf, String>>);
+
+impl Install {
+    pub const fn new() -> Install {
+        Install(OnceLock::new())
+    }
+
+    /// [`install`]'s folder (or why not), made by the first call.
+    pub fn dir(
+        &'static self,
+        name: &str,
+        package: &Path,
+        scripts: &[(PathBuf, &str)],
+    ) -> Result<&'static Path, String> {
+        self.0
+            .get_or_init(|| install(name, package, scripts))
+            .as_ref()
+            .map(PathBuf::as_path)
+            .map_err(String::clone)
+    }
+}
+
+impl Default for Install {
+    fn default() -> Install {
+        Install::new()
+    }
 }

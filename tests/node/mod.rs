@@ -6,26 +6,18 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 pub use echomq_testkit::node::*;
-
-fn source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
-}
+use echomq_testkit::workspace_root;
 
 /// target/node with the packages installed and the worker copied in, or why not.
 pub fn node_dir() -> Result<&'static Path, String> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        install(
-            "node",
-            &source("tests/node"),
-            &[(source("examples/worker.mjs"), "worker.mjs")],
-        )
-    })
-    .as_ref()
-    .map(PathBuf::as_path)
-    .map_err(String::clone)
+    static NODE: Install = Install::new();
+    let root = workspace_root();
+    NODE.dir(
+        "node",
+        &root.join("tests/node"),
+        &[(root.join("examples/worker.mjs"), "worker.mjs")],
+    )
 }

@@ -5,28 +5,19 @@
 //! SKIPPED outside CI, failing in CI) is echomq-testkit's.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 pub use echomq_testkit::node::*;
 pub use echomq_testkit::target_dir;
 
-fn source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
-}
-
 /// target/web-node with the packages installed and the driver copied in, or why not.
 pub fn node_dir() -> Result<&'static Path, String> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        install(
-            "web-node",
-            &source("tests/node"),
-            &[(source("tests/node/browser.mjs"), "browser.mjs")],
-        )
-    })
-    .as_ref()
-    .map(PathBuf::as_path)
-    .map_err(String::clone)
+    static NODE: Install = Install::new();
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node");
+    NODE.dir(
+        "web-node",
+        &tests,
+        &[(tests.join("browser.mjs"), "browser.mjs")],
+    )
 }
 
 /// Debian's headless Chromium (`chromium-headless-shell`), or `ECHOMQ_CHROMIUM`.
