@@ -40,7 +40,7 @@ $(SETUP_STAMP): scripts/setup.sh
 	@bash scripts/setup.sh
 	@mkdir -p $(@D) && touch $@
 
-# The module (target/release/libechomq.so) and echomq-web, which tests/web runs.
+# The module (target/release/libechomq.so) and echomq-web, which web/tests runs.
 build: $(SETUP_STAMP) ## Build the module and echomq-web (release)
 	$(CARGO) build --release --workspace
 
@@ -71,10 +71,11 @@ web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_
 	./target/release/echomq-web $(if $(ECHOMQ_WEB_URL),,--url redis://127.0.0.1:$(SERVER_PORT)/ )--listen $(WEB_LISTEN) \
 	  $(foreach q,$(WEB_QUEUES),--queue $(q))
 
-# Unit and property tests, then integration tests against real servers (the
-# Rust client library's among them), the Python and Node.js client libraries'
-# suites, then the core suites again against Redis 7 when redis-server is installed (CI
-# installs it).
+# Unit and property tests, then integration tests against real servers: every
+# crate's own (the module's tests/, echomq-web's web/tests, the Rust client
+# library's clients/rust/tests, the three libraries together in clients/tests),
+# the Python and Node.js client libraries' suites, then the core suites again
+# against Redis 7 when redis-server is installed (CI installs it).
 REDIS_SUITES := --test commands --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz --test release
 test: build ## Run every test against real servers (and Redis 7 when installed)
 	@echo "== make test on $$(valkey-server --version | sed -n 's/.* v=\([^ ]*\).*/Valkey \1/p') ($$(command -v valkey-server))"
@@ -89,12 +90,13 @@ test: build ## Run every test against real servers (and Redis 7 when installed)
 	fi
 
 # The module suite once per Valkey version: every integration test of the
-# module (tests/*.rs: all but tests/web, which is echomq-web's and needs a TLS
-# build) on the packaged valkey-server (8.0 on Debian 12) and on each version
-# scripts/valkey-matrix.sh cached (8.1 and the newest 9.x;
-# `ECHOMQ_WITH_VALKEY_MATRIX=1 make setup` builds them, CI=true does by
-# default). Prints each version and how long its run took; runs them all,
-# then fails if any failed. In CI a missing 8.1 or 9.x fails the target.
+# module (tests/*.rs, the root crate's own; echomq-web's web/tests, which needs
+# a TLS build, and the clients' tests are their crates') on the packaged
+# valkey-server (8.0 on Debian 12) and on each version scripts/valkey-matrix.sh
+# cached (8.1 and the newest 9.x; `ECHOMQ_WITH_VALKEY_MATRIX=1 make setup`
+# builds them, CI=true does by default). Prints each version and how long its
+# run took; runs them all, then fails if any failed. In CI a missing 8.1 or
+# 9.x fails the target.
 MODULE_SUITES := $(patsubst tests/%.rs,--test %,$(sort $(wildcard tests/*.rs)))
 ## the suites make test-matrix runs on each version
 MATRIX_SUITES ?= $(MODULE_SUITES)

@@ -4,11 +4,12 @@
 # Optional, each installed in CI (CI=true) and on request elsewhere:
 #   ECHOMQ_WITH_REDIS=1    Redis 7 (the compatibility suites)
 #   ECHOMQ_WITH_NODE=1     Node.js (18 or later) and npm (clients/node, examples/worker.mjs and
-#                          the browser tests; their packages go to target/node)
-#   ECHOMQ_WITH_BROWSER=1  Debian's chromium-headless-shell (tests/web's page tests)
+#                          the browser tests; their packages go to target/node and
+#                          target/web-node)
+#   ECHOMQ_WITH_BROWSER=1  Debian's chromium-headless-shell (web/tests' page tests)
 #   ECHOMQ_WITH_PROMTOOL=1 Prometheus's promtool, from Debian's prometheus package
-#                          (tests/web checks echomq-web's /metrics with it)
-#   ECHOMQ_WITH_OPENSSL=1  the openssl command (tests/web makes a CA and a server
+#                          (web/tests checks echomq-web's /metrics with it)
+#   ECHOMQ_WITH_OPENSSL=1  the openssl command (web/tests makes a CA and a server
 #                          certificate with it for the rediss:// test)
 #   ECHOMQ_WITH_PYTHON=1   python3 with venv and pip (the Python client library's
 #                          tests and the Python worker; their packages go to a

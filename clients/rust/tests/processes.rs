@@ -142,7 +142,7 @@ fn in_flight(conn: &mut redis::Connection, queue: &str) -> u64 {
 #[test]
 fn a_long_job_keeps_its_lease() {
     let server = Server::start();
-    let mut conn = server.sync();
+    let mut conn = server.conn();
     let queue = queue_name("lease");
     let args = [
         "--lease-ms",
@@ -173,7 +173,7 @@ fn a_long_job_keeps_its_lease() {
 #[test]
 fn jobs_of_a_killed_worker_are_taken_over() {
     let server = Server::start();
-    let mut conn = server.sync();
+    let mut conn = server.conn();
     let queue = queue_name("kill");
     let lease = 1000u64;
     let lease_arg = lease.to_string();
@@ -238,7 +238,7 @@ fn jobs_of_a_killed_worker_are_taken_over() {
 #[test]
 fn sigterm_finishes_running_jobs_and_takes_nothing_new() {
     let server = Server::start();
-    let mut conn = server.sync();
+    let mut conn = server.conn();
     let queue = queue_name("term");
     let mut worker = WorkerProcess::start(
         &server,
@@ -283,7 +283,7 @@ fn sigterm_finishes_running_jobs_and_takes_nothing_new() {
 #[test]
 fn a_handler_outliving_shutdown_is_taken_over() {
     let server = Server::start();
-    let mut conn = server.sync();
+    let mut conn = server.conn();
     let queue = queue_name("outlive");
     let mut worker = WorkerProcess::start(
         &server,
@@ -328,7 +328,7 @@ fn a_handler_outliving_shutdown_is_taken_over() {
 #[test]
 fn crossworker_dead_prints_the_dead_set() {
     let server = Server::start();
-    let mut conn = server.sync();
+    let mut conn = server.conn();
     let queue = queue_name("deadcli");
     let mut worker = WorkerProcess::start(
         &server,
@@ -384,7 +384,7 @@ fn crossworker_dead_prints_the_dead_set() {
 #[test]
 fn a_job_that_kills_its_workers_ends_dead() {
     let server = Server::start();
-    let mut conn = server.sync();
+    let mut conn = server.conn();
     let queue = queue_name("deliveries");
     let args = [
         "--sleep-ms",

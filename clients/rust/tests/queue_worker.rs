@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, queue_name, server_ms_async, start_worker, stop, Server, LONG};
+use common::{eventually, queue_name, server_ms_async, start_worker, stop, Options, Server, LONG};
 use echomq_client::{
     AddOptions, Counts, Job, JobError, Queue, QueueConnection, Worker, WorkerOptions,
 };
@@ -542,7 +542,7 @@ async fn a_worker_survives_a_server_restart() {
         runs.lock().unwrap().len() == 1
     })
     .await;
-    tokio::task::block_in_place(|| server.restart());
+    tokio::task::block_in_place(|| server.restart(Options::default()));
     // The first commands after the restart may meet the broken connection.
     eventually("the queue answers again", LONG, || async {
         queue
@@ -571,7 +571,7 @@ async fn a_worker_survives_a_server_restart() {
 async fn delay_with_promotion_inside_the_server() {
     let name = queue_name("auto");
     let pair = format!("{{{name}}}:schedule {{{name}}}:pending");
-    let server = Server::start_with(&["--echomq.auto-promote", &pair]);
+    let server = Server::start_with(Options::default().arg("echomq.auto-promote", &pair));
     let queue = Queue::new(server.client(), &name).await.unwrap();
     let mut conn = queue.connection();
     let listed: Vec<(String, String)> = redis::cmd("ECHO.QUEUES")

@@ -10,8 +10,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use super::cluster::cli_binary;
-use super::server_binary;
+use crate::{cli_binary, server_binary, workspace_root};
 
 /// `(major, minor, patch)` of a Valkey server binary, from `--version`
 /// (`Valkey server v=9.1.2 sha=...`); None for another server or none.
@@ -41,7 +40,7 @@ fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
 /// The versions `scripts/valkey-matrix.sh --list` says are cached, with
 /// their server and cli, newest first (those whose binaries exist).
 pub fn cached_valkeys() -> Vec<((u32, u32, u32), String, String)> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/valkey-matrix.sh");
+    let script = workspace_root().join("scripts/valkey-matrix.sh");
     let Ok(out) = Command::new("bash")
         .arg(&script)
         .arg("--list")

@@ -100,7 +100,7 @@ fn without_the_server_the_api_answers_an_error_then_recovers() {
         let err = got["error"].as_str().expect("error text");
         assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     }
-    let back = Restarted::on(port);
+    let back = restarted_on(port);
     let mut con = back.conn();
     let _: i64 = q!(&mut con, "LPUSH", "{q}:pending", "j");
     let (status, got) = web.api();

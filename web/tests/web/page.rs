@@ -121,7 +121,7 @@ fn the_page_shows_an_outage_and_recovers_in_chromium() {
     assert_eq!(stale, json!(true));
     browser.screenshot(&node::target_dir().join("web/echomq-web-outage.png"));
 
-    let back = Restarted::on(port);
+    let back = restarted_on(port);
     let mut con = back.conn();
     let _: i64 = q!(&mut con, "LPUSH", "{q}:pending", "c", "d", "e");
     let again = browser.wait(

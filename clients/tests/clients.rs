@@ -9,8 +9,8 @@
 //! Outside CI a missing python3 (with venv) or Node.js makes a test say
 //! SKIPPED with the reason; in CI it fails, since scripts/setup.sh installs them.
 
-mod common;
-mod node;
+use echomq_testkit as common;
+use echomq_testkit::node;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -33,7 +33,7 @@ enum Lang {
 use Lang::{Node, Python, Rust};
 
 fn source(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+    common::workspace_root().join(path)
 }
 
 /// Exits 0 when `echomq` imports and its installed `.py` files and protocol

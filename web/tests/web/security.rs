@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -291,53 +291,38 @@ fn make_pki(openssl: &Path, dir: &Path) {
     );
 }
 
-/// A server with the module that accepts TLS only (`--port 0`), with a
-/// password, killed by pid on drop.
+/// A server with the module that accepts TLS only, with a password, killed
+/// by pid on drop.
 struct TlsServer {
-    child: Child,
+    server: Server,
     port: u16,
     pki: PathBuf,
-    _dir: TempDir,
 }
 
 impl TlsServer {
     fn start(pki: &Path) -> TlsServer {
-        let dir = TempDir::new("tls-server");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(server_binary())
-            .args(["--port", "0", "--tls-port", &port.to_string()])
-            .arg("--tls-cert-file")
-            .arg(pki.join("server.pem"))
-            .arg("--tls-key-file")
-            .arg(pki.join("server.key"))
-            .arg("--tls-ca-cert-file")
-            .arg(pki.join("ca.pem"))
-            .args(["--tls-auth-clients", "no", "--requirepass", PASSWORD])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir.0)
-            .arg("--loadmodule")
-            .arg(module_path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the TLS server");
+        let file = |name: &str| pki.join(name).to_str().expect("a UTF-8 path").to_string();
+        let options = Options {
+            tls_only: true,
+            ..Options::default()
+        }
+        .arg("tls-cert-file", &file("server.pem"))
+        .arg("tls-key-file", &file("server.key"))
+        .arg("tls-ca-cert-file", &file("ca.pem"))
+        .arg("tls-auth-clients", "no")
+        .arg("requirepass", PASSWORD);
+        let server = Server::start_with(options);
         let mut server = TlsServer {
-            child,
-            port,
+            port: server.port,
+            server,
             pki: pki.to_path_buf(),
-            _dir: dir,
         };
         wait_until(
             "the TLS server answers PING",
             Duration::from_secs(20),
             || {
-                if let Ok(Some(status)) = server.child.try_wait() {
-                    panic!("the TLS server exited: {status}");
+                if !server.server.alive() {
+                    panic!("the TLS server exited:\n{}", server.server.log());
                 }
                 match server.try_cli(&["PING"]) {
                     Ok(pong) if pong == "PONG" => Ok(()),
@@ -369,13 +354,6 @@ impl TlsServer {
     fn cli(&self, args: &[&str]) -> String {
         self.try_cli(args)
             .unwrap_or_else(|e| panic!("valkey-cli {args:?}: {e}"))
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -453,9 +431,8 @@ fn rediss_with_a_ca_file_and_a_clean_error_with_the_wrong_ca() {
 /// The words of docs/security.md's `ACL SETUSER <user> ...` line, with its
 /// password placeholder replaced by `password`.
 fn acl_line(user: &str, password: &str) -> Vec<String> {
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/security.md"))
-            .expect("docs/security.md");
+    let doc = std::fs::read_to_string(workspace_root().join("docs/security.md"))
+        .expect("docs/security.md");
     let prefix = format!("ACL SETUSER {user} ");
     let lines: Vec<&str> = doc.lines().filter(|l| l.starts_with(&prefix)).collect();
     assert_eq!(lines.len(), 1, "one ACL line for {user}: {lines:?}");

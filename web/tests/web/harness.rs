@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{sleep, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value as Json};
 
@@ -15,7 +15,7 @@ use crate::common::*;
 use crate::node;
 
 /// The release build of echomq-web. `make test` builds the workspace first;
-/// building here as well covers `cargo test --test web` and a stale binary.
+/// building here as well covers `cargo test -p echomq-web` and a stale binary.
 /// The same `--workspace` build as make's: with `-p echomq-web` alone cargo
 /// resolves shared crates' features differently and recompiles them all.
 pub fn web_binary() -> &'static Path {
@@ -300,64 +300,18 @@ pub fn build_queue(con: &mut Connection, q: &str) -> Built {
 
 /// A server started again on a port a stopped one used, so that echomq-web,
 /// still pointed at that port, finds it back.
-pub struct Restarted {
-    pub child: Child,
-    pub port: u16,
-    _dir: TempDir,
+pub fn restarted_on(port: u16) -> Server {
+    Server::start_on_port(Options::default(), port)
 }
 
-impl Restarted {
-    pub fn on(port: u16) -> Restarted {
-        let dir = TempDir::new("restarted");
-        let child = Command::new(server_binary())
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&dir.0)
-            .arg("--loadmodule")
-            .arg(module_path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("restart the server");
-        let r = Restarted {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let ok = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                .is_ok();
-            if ok {
-                return r;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not come back on {port}"
-            );
-            sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub fn conn(&self) -> Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-            .and_then(|c| c.get_connection())
-            .expect("connect")
-    }
+/// The release build of examples/worker.rs (the module's example worker),
+/// which the least-privilege test runs under its ACL user.
+pub fn rust_worker() -> &'static Path {
+    static WORKER: OnceLock<PathBuf> = OnceLock::new();
+    WORKER.get_or_init(|| cargo_example("echomq", "worker"))
 }
 
-impl Drop for Restarted {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One headless Chromium page, driven through tests/node/browser.mjs; the
+/// One headless Chromium page, driven through web/tests/node/browser.mjs; the
 /// browser (and node) are killed by pid on drop.
 pub struct Browser {
     pub child: Child,
