@@ -8,7 +8,7 @@
 //! crates model live metric objects in a registry, where this exporter only
 //! prints a snapshot it just read. The format here is three line shapes and
 //! two escaping rules, checked by the unit tests below and by `promtool check
-//! metrics` in tests/web.
+//! metrics` in web/tests/web.
 
 use std::fmt::Write;
 

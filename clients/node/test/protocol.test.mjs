@@ -1,6 +1,6 @@
 // The library runs the scripts of the repository's protocol/ folder (their one copy) byte for
 // byte and no other: a copy that differs would be cached by the server under another SHA1
-// (tests/clients.rs checks all three libraries against a server the same way).
+// (clients/tests/clients.rs checks all three libraries against a server the same way).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";

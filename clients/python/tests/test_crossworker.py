@@ -1,4 +1,4 @@
-"""The crossworker program (the command line tests/clients.rs drives in every language)."""
+"""The crossworker program (the command line clients/tests/clients.rs drives in every language)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The library runs the scripts and constants of the repository's protocol/ folder (their one copy,
 installed as package data) byte for byte: a copy that differs would be cached by the server under
-another SHA1 (tests/clients.rs checks all three libraries against a server the same way)."""
+another SHA1 (clients/tests/clients.rs checks all three libraries against a server the same way)."""
 
 from __future__ import annotations
 
