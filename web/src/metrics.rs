@@ -295,6 +295,22 @@ mod tests {
     use super::*;
     use crate::snapshot::{Limit, QueueStats, Window};
 
+    /// A snapshot of these queues and INFO fields, its other fields fixed.
+    fn snapshot(queues: Vec<QueueStats>, info: Vec<(String, Number)>) -> Snapshot {
+        Snapshot {
+            now_ms: 1,
+            window: Window {
+                start_ms: 1,
+                end_ms: 2,
+                buckets: 1,
+            },
+            queues,
+            info,
+            maxmemory_policy: "noeviction".into(),
+            round_trips: 1,
+        }
+    }
+
     fn counts(n: i64) -> Counts {
         Counts {
             scheduled: n,
@@ -364,31 +380,17 @@ mod tests {
         assert_eq!(divided(&Number::Float(9.0), 1000), "0.009");
         assert_eq!(divided(&Number::Float(2.5), 1), "2.5");
         assert_eq!(divided(&Number::Int(9), 1), "9");
-        let s = Snapshot {
-            now_ms: 1,
-            window: Window {
-                start_ms: 1,
-                end_ms: 2,
-                buckets: 1,
-            },
-            queues: vec![],
-            info: vec![("echomq_auto_promote_lag_ms_max".into(), Number::Int(9))],
-            maxmemory_policy: "noeviction".into(),
-            round_trips: 1,
-        };
+        let s = snapshot(
+            vec![],
+            vec![("echomq_auto_promote_lag_ms_max".into(), Number::Int(9))],
+        );
         assert!(exposition(Some(&s)).contains("\nechomq_auto_promote_lag_seconds_max 0.009\n"));
     }
 
     #[test]
     fn a_snapshot_as_families() {
-        let s = Snapshot {
-            now_ms: 1,
-            window: Window {
-                start_ms: 1,
-                end_ms: 2,
-                buckets: 1,
-            },
-            queues: vec![
+        let mut s = snapshot(
+            vec![
                 QueueStats {
                     name: "a\"b\\c".into(),
                     counts: Ok(counts(10)),
@@ -436,15 +438,15 @@ mod tests {
                     )),
                 },
             ],
-            info: vec![
+            vec![
                 ("echomq_retries".into(), Number::Int(5)),
                 ("echomq_eviction_policy_safe".into(), Number::Int(0)),
                 ("echomq_auto_promote_lag_ms_max".into(), Number::Int(1250)),
                 ("echomq_new_thing".into(), Number::Float(1.5)),
             ],
-            maxmemory_policy: "allkeys-lru".into(),
-            round_trips: 3,
-        };
+        );
+        s.maxmemory_policy = "allkeys-lru".into();
+        s.round_trips = 3;
         let text = exposition(Some(&s));
         let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
