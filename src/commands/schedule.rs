@@ -94,4 +94,23 @@ mod tests {
             Err(ArgError::Conflict("XX and NX"))
         );
     }
+
+    /// The libraries clamp to the bounds in `protocol/constants.json` before
+    /// they send: those must be the server's own, or a clamped delay or hold
+    /// would still be refused.
+    #[test]
+    fn the_protocol_constants_are_the_servers_bounds() {
+        let constants = include_str!("../../protocol/constants.json");
+        let field = |name: &str| {
+            let at = constants.find(&format!("\"{name}\":")).expect(name) + name.len() + 3;
+            let digits: String = constants[at..]
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse::<u64>().expect(name)
+        };
+        assert_eq!(field("max_delay_ms"), MAX_MS);
+        assert_eq!(field("max_hold_ms"), crate::rules::limiter::MAX_HOLD_MS);
+    }
 }
