@@ -72,11 +72,15 @@ class RetryAfter(Exception):
 
 @dataclass(frozen=True)
 class Job:
-    """What a handler gets: the id, the payload (bytes) and the attempt number (1 = first run)."""
+    """What a handler gets: the id, the payload (bytes), the attempt number (1 = first run) and
+    ``entry_id``, the pending entry that delivered this run, for logs (a job retried or taken over
+    runs from another entry each time). ``entry_id`` is the last field, with a default, so a Job
+    built positionally with three fields (as in a handler's own tests) still works."""
 
     id: str
     payload: bytes
     attempt: int
+    entry_id: str = ""
 
 
 class _Pool:
@@ -536,7 +540,7 @@ class Worker:
     def _execute(self, eid: bytes, jid: bytes, payload: bytes, attempt: int) -> None:
         outcome: Optional[BaseException] = None
         try:
-            self.handler(Job(to_str(jid), payload, attempt))
+            self.handler(Job(to_str(jid), payload, attempt, to_str(eid)))
         except BaseException as exc:  # noqa: BLE001 - any raise fails the job
             outcome = exc
         keep_lease = False
