@@ -31,6 +31,8 @@ from valkey.exceptions import (
     AskError,
     ClusterDownError,
     ClusterError,
+    MasterDownError,
+    MovedError,
     ResponseError,
     SlotNotCoveredError,
     TryAgainError,
@@ -69,6 +71,25 @@ def redirected(exc: BaseException) -> bool:
         text = str(exc).split("caused error: ", 1)[-1]
         return text.startswith(_REDIRECT_CODES)
     return False
+
+
+def describe(exc: BaseException) -> str:
+    """An error for a log line, in the server's wording: the cluster's parser strips the code off
+    MOVED, ASK, TRYAGAIN, CLUSTERDOWN and MASTERDOWN (keeping "147 127.0.0.1:7002"), so it is put
+    back in front."""
+    text = str(exc)
+    for cls, code in (
+        (MovedError, "MOVED"),
+        (AskError, "ASK"),
+        (TryAgainError, "TRYAGAIN"),
+        (MasterDownError, "MASTERDOWN"),
+        (ClusterDownError, "CLUSTERDOWN"),
+    ):
+        if isinstance(exc, cls):
+            # a pipeline's error is "Command # n (...) of pipeline caused error: <text>"
+            head, sep, tail = text.rpartition("caused error: ")
+            return head + sep + (tail if tail.startswith(code) else code + " " + tail)
+    return text
 
 
 def unsent(exc: BaseException) -> bool:
@@ -144,7 +165,7 @@ class Route:
                 again = redirected(exc) or (lost and (idempotent or unsent(exc)))
                 if not again or time.monotonic() + pause > give_up:
                     raise
-                log.warning("echomq: %s; sending again", exc)
+                log.warning("echomq: %s; sending again", describe(exc))
                 self.refresh()
             time.sleep(pause)
             pause = min(pause * 2, 1.0)

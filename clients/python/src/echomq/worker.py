@@ -18,7 +18,7 @@ from valkey.exceptions import ResponseError
 from valkey.exceptions import TimeoutError as _TimeoutError
 
 from ._common import consumer_name, error_text, server_ms, to_str
-from ._route import redirected
+from ._route import describe, redirected
 from ._protocol import (
     DEFAULT_BACKOFF,
     DEFAULT_LEASE_MS,
@@ -450,7 +450,7 @@ class Worker:
             # MOVED, ASK, TRYAGAIN, CLUSTERDOWN: nothing ran. Entries a read delivered before a
             # later command of its round was refused stay delivered to this worker and are taken
             # over after the lease: none is lost.
-            log.warning("echomq: %s (%s); asking the cluster for its slot map again", type(exc).__name__, exc)
+            log.warning("echomq: %s; asking the cluster for its slot map again", describe(exc))
             self._route.refresh()
             self._sleep(REDIRECT_PAUSE_S)
         elif isinstance(exc, ResponseError):
@@ -491,7 +491,7 @@ class Worker:
         # XREADGROUP beside it delivered (they would wait for a takeover).
         replies = pipe.execute(raise_on_error=False)
         if self._self_promote and isinstance(replies[0], Exception):
-            log.warning("echomq: ECHO.PROMOTE failed (%s)", replies[0])
+            log.warning("echomq: ECHO.PROMOTE failed (%s)", describe(replies[0]))
         if isinstance(replies[-3], Exception):
             raise replies[-3]
         entries = _read_entries(replies[-3])
@@ -676,7 +676,7 @@ class Worker:
             except Exception as err:  # noqa: BLE001
                 if not _resend(err) or not resend or self._give_up():
                     raise
-                log.warning("echomq: cannot write a failure (%s); sending it again", err)
+                log.warning("echomq: cannot write a failure (%s); sending it again", describe(err))
                 self._after_refusal(err)
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
@@ -707,11 +707,11 @@ class Worker:
                 self._send_acks(batch)
             except Exception as exc:  # noqa: BLE001
                 if self._give_up() or not _resend(exc):
-                    log.warning("echomq: acknowledgement of %d entries failed (%s); they are taken over after the lease", len(batch), exc)
+                    log.warning("echomq: acknowledgement of %d entries failed (%s); they are taken over after the lease", len(batch), describe(exc))
                     self._release(batch)
                     batch = []
                     continue
-                log.warning("echomq: acknowledgement failed (%s); sending it again", exc)
+                log.warning("echomq: acknowledgement failed (%s); sending it again", describe(exc))
                 self._after_refusal(exc)
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
@@ -751,6 +751,6 @@ class Worker:
                     node.xclaim(k.pending, GROUP, self.consumer, 0, entries[i : i + 1000], justid=True)
                 except Exception as exc:  # noqa: BLE001
                     # Renewed again in lease_ms / 3: a lease outlives two missed renewals.
-                    log.warning("echomq: lease renewal failed (%s)", exc)
+                    log.warning("echomq: lease renewal failed (%s)", describe(exc))
                     if _resend(exc):
                         self._after_refusal(exc)
