@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Optional
 
 from valkey.cluster import ValkeyCluster
 from valkey.exceptions import BusyLoadingError
@@ -129,19 +130,26 @@ class Route:
     def connection_kwargs(self) -> dict:
         return dict(self.client.get_connection_kwargs())
 
-    def refresh(self) -> None:
-        """Asks the cluster for its slot map again (``CLUSTER SLOTS`` on a known node), at most
-        once per 100 ms for all the threads of the process that share the client. An error is
-        logged and left for the next try: the caller is in a loop that sends its command again."""
+    def refresh(self, exc: Optional[BaseException] = None) -> None:
+        """Learns where the queue's slot is now. After a MOVED, from the MOVED itself (it names
+        the new owner; the map takes it as the cluster client's own redirections do, with no
+        round trip and no risk of asking a node whose view lags). Otherwise the slot map is asked
+        for again (``CLUSTER SLOTS`` on a known node), at most once per 100 ms for all the
+        threads of the process that share the client. An error is logged and left for the next
+        try: the caller is in a loop that sends its command again."""
         if not self.cluster:
+            return
+        manager = self.client.nodes_manager
+        if isinstance(exc, MovedError) and getattr(exc, "slot_id", None) in manager.slots_cache:
+            manager.update_moved_exception(exc)
             return
         with self._lock:
             if time.monotonic() - self._refreshed < _REFRESH_EVERY_S:
                 return
             try:
-                self.client.nodes_manager.initialize()
-            except Exception as exc:  # noqa: BLE001 - a failover in progress: try again later
-                log.warning("echomq: cannot refresh the cluster's slot map (%s)", exc)
+                manager.initialize()
+            except Exception as err:  # noqa: BLE001 - a failover in progress: try again later
+                log.warning("echomq: cannot refresh the cluster's slot map (%s)", err)
             finally:
                 self._refreshed = time.monotonic()
 
@@ -166,6 +174,6 @@ class Route:
                 if not again or time.monotonic() + pause > give_up:
                     raise
                 log.warning("echomq: %s; sending again", describe(exc))
-                self.refresh()
+                self.refresh(exc)
             time.sleep(pause)
             pause = min(pause * 2, 1.0)

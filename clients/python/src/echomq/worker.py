@@ -286,7 +286,10 @@ class Worker:
             node = self._route.node()
             kwargs = self._route.connection_kwargs()
             timeout = kwargs.get("socket_timeout")
-            if timeout is not None and timeout < block_ms / 1000 + 5:
+            # Also without a timeout of the caller's: a node that stops answering (paused,
+            # partitioned) while its replica takes the slot over would hold the read forever. A
+            # read blocks at most a second, so one silent for block + 5 s is a lost connection.
+            if timeout is None or timeout < block_ms / 1000 + 5:
                 kwargs["socket_timeout"] = block_ms / 1000 + 5
             reader = self.client.nodes_manager.create_valkey_node(node.host, node.port, **kwargs)
             self._reader_node = node.name
@@ -349,8 +352,8 @@ class Worker:
                     raise
                 if self.closing:
                     return
-                log.warning("echomq: cannot reach the server (%s); retrying", exc)
-                self._route.refresh()
+                log.warning("echomq: cannot reach the server (%s); retrying", describe(exc))
+                self._route.refresh(exc)
                 self._sleep(1.0)
                 if self.closing:
                     return
@@ -412,7 +415,7 @@ class Worker:
         if _stale(exc):
             self._reconnect()
         else:
-            self._route.refresh()
+            self._route.refresh(exc)
 
     def _free(self) -> int:
         with self._lock:
@@ -450,8 +453,8 @@ class Worker:
             # MOVED, ASK, TRYAGAIN, CLUSTERDOWN: nothing ran. Entries a read delivered before a
             # later command of its round was refused stay delivered to this worker and are taken
             # over after the lease: none is lost.
-            log.warning("echomq: %s; asking the cluster for its slot map again", describe(exc))
-            self._route.refresh()
+            log.warning("echomq: %s; asking the cluster where the queue's slot is", describe(exc))
+            self._route.refresh(exc)
             self._sleep(REDIRECT_PAUSE_S)
         elif isinstance(exc, ResponseError):
             if _stale(exc):
