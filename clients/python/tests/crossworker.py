@@ -45,9 +45,18 @@ _out = threading.Lock()  # one line at a time on stdout: the handler threads pri
 
 
 def say(line: str) -> None:
+    """One line on stdout, flushed. A reader that went away (a test that read `ready` and
+    closed the pipe) is no failure of the worker: the line is dropped and stdout pointed at
+    /dev/null, so neither a took line (which would fail the job) nor the summary, nor Python's
+    own flush at exit, turns a graceful exit into an error."""
     with _out:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
 
 def connect(args):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import echomq
-from conftest import CROSSWORKER
+from conftest import CROSSWORKER, wait_for
 from helpers import held_until, keys, server_ms
 
 def test_crossworker_dead_prints_null_for_missing_error_and_payload(client, qname, server):
@@ -134,3 +134,28 @@ def test_crossworker_jobs_needs_done(server, qname):
     assert code != 0
     assert "--jobs needs --done" in err
     assert lines == []
+
+
+def test_crossworker_exits_0_when_its_reader_is_gone(server, qname):
+    """clients/tests' Worker::start reads `ready` and drops the pipe: took lines and the summary
+    then meet a closed stdout, which must neither fail a job nor the graceful exit."""
+    client = server.client()
+    echomq.Queue(client, qname).add(b"x", id="j-1")
+    done = "{%s}:done" % qname
+    proc = subprocess.Popen(
+        [sys.executable, str(CROSSWORKER), "work", "--url", server.url, "--queue", qname,
+         "--done", done, "--log-takes"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.stdout.close()
+        wait_for(lambda: client.hget(done, "j-1") == b"1", what="the job done")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, proc.stderr.read()
+        assert client.zcard("{%s}:dead" % qname) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        client.close()
