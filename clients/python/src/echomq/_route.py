@@ -34,6 +34,7 @@ from valkey.exceptions import (
     ClusterError,
     MasterDownError,
     MovedError,
+    ReadOnlyError,
     ResponseError,
     SlotNotCoveredError,
     TryAgainError,
@@ -75,11 +76,13 @@ def redirected(exc: BaseException) -> bool:
 
 
 def describe(exc: BaseException) -> str:
-    """An error for a log line, in the server's wording: the cluster's parser strips the code off
-    MOVED, ASK, TRYAGAIN, CLUSTERDOWN and MASTERDOWN (keeping "147 127.0.0.1:7002"), so it is put
-    back in front."""
+    """An error for a log line, in the server's wording: valkey-py's parsers strip the code off
+    the errors they raise as their own classes (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN,
+    READONLY, LOADING: "147 127.0.0.1:7002"), so it is put back in front."""
     text = str(exc)
     for cls, code in (
+        (ReadOnlyError, "READONLY"),
+        (BusyLoadingError, "LOADING"),
         (MovedError, "MOVED"),
         (AskError, "ASK"),
         (TryAgainError, "TRYAGAIN"),

@@ -458,7 +458,7 @@ class Worker:
             self._sleep(REDIRECT_PAUSE_S)
         elif isinstance(exc, ResponseError):
             if _stale(exc):
-                log.warning("echomq: %s; reconnecting", exc)
+                log.warning("echomq: %s; reconnecting", describe(exc))
                 self._reconnect()
                 self._sleep(0.5)
             elif "NOGROUP" in str(exc):
