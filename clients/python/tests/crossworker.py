@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
 """The crossworker program of the echomq client libraries (same CLI in Python, Node.js and Rust).
 
-  crossworker.py work --url URL --queue NAME [--done KEY] [--fail MSG] [--sleep-ms MS]
+  crossworker.py work --url URL --queue NAME [--cluster] [--done KEY] [--fail MSG] [--sleep-ms MS]
                       [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
                       [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
-  crossworker.py add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
-  crossworker.py dead --url URL --queue NAME
-  crossworker.py requeue --url URL --queue NAME --id ID
-  crossworker.py purge --url URL --queue NAME [--older-than-ms MS]
+                      [--crash-on ID] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
+                      [--log-takes] [--jobs N] [--deadline-secs S]
+  crossworker.py add --url URL --queue NAME [--cluster] --count N [--id-prefix P] [--delay-ms D]
+  crossworker.py dead --url URL --queue NAME [--cluster]
+  crossworker.py requeue --url URL --queue NAME [--cluster] --id ID
+  crossworker.py purge --url URL --queue NAME [--cluster] [--older-than-ms MS]
+
+With --cluster, --url is one seed node of a Valkey Cluster, or several separated by commas
+(``redis://127.0.0.1:7000,127.0.0.1:7001``; a seed without a scheme takes the first one's options).
+
+A run of ``work`` goes, in this order: --log-takes prints ``took <entry> <id> <attempt>``, --started
+pushes the id, --crash / --crash-on kill the process, --sleep-ms sleeps, --overload-every raises
+RetryAfter, --fail-first and then --fail raise, --done counts the success. Every exit that is not a
+crash prints ``summary {"runs":R,"max_concurrent":C}``; --deadline-secs exits 2 after it.
 """
 
 from __future__ import annotations
@@ -15,32 +25,159 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import threading
 import time
 
 import valkey
+from valkey.cluster import ClusterNode, ValkeyCluster
+from valkey.connection import parse_url
+from valkey.exceptions import BusyLoadingError, ClusterDownError, ClusterError, ReadOnlyError
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
+from valkey.exceptions import ResponseError, SlotNotCoveredError, TryAgainError
+from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
 import echomq
 
+_out = threading.Lock()  # one line at a time on stdout: the handler threads print too
+
+
+def say(line: str) -> None:
+    """One line on stdout, flushed. A reader that went away (a test that read `ready` and
+    closed the pipe) is no failure of the worker: the line is dropped and stdout pointed at
+    /dev/null, so neither a took line (which would fail the job) nor the summary, nor Python's
+    own flush at exit, turns a graceful exit into an error."""
+    with _out:
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
+def connect(args):
+    """A client of --url: valkey.Valkey, or with --cluster a ValkeyCluster seeded with every node
+    the comma-separated --url names (any one of them is enough to find the others)."""
+    if not args.cluster:
+        return valkey.Valkey.from_url(args.url)
+    seeds = [s.strip() for s in args.url.split(",") if s.strip()]
+    if not seeds:
+        raise SystemExit("crossworker: --url names no node")
+    scheme = seeds[0].split("://", 1)[0] + "://" if "://" in seeds[0] else "redis://"
+    nodes = []
+    options = None
+    for seed in seeds:
+        parsed = parse_url(seed if "://" in seed else scheme + seed)
+        nodes.append(ClusterNode(parsed.pop("host", "127.0.0.1"), int(parsed.pop("port", 6379))))
+        parsed.pop("db", None)  # a cluster has only database 0
+        if options is None:
+            options = parsed  # credentials, TLS and timeouts: the first seed's
+    return ValkeyCluster(startup_nodes=nodes, **(options or {}))
+
+
+# Replies that say the node cannot take the write now (a failover or a slot move in progress),
+# not that the write is wrong: the handler's side writes wait them out instead of failing the job.
+_RETRIED = (
+    ValkeyConnectionError, ValkeyTimeoutError, OSError, ReadOnlyError, BusyLoadingError,
+    ClusterDownError, TryAgainError, ClusterError, SlotNotCoveredError,
+)
+_RETRIED_CODES = ("READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN")
+
+
+def retried(write):
+    """Runs a side write of the handler (the --done HINCRBY, the --started RPUSH), again after a
+    50 ms pause doubling to 1 s while the server answers as in a failover, for up to 30 s: a
+    failover must not turn into a job failure. MOVED and ASK are followed by the cluster client."""
+    pause, give_up = 0.05, time.monotonic() + 30
+    while True:
+        try:
+            return write()
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            transient = isinstance(exc, _RETRIED) or (
+                isinstance(exc, ResponseError) and str(exc).startswith(_RETRIED_CODES)
+            )
+            if not transient or time.monotonic() + pause > give_up:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def _trailing_number(job_id: str):
+    m = re.search(r"([0-9]+)$", job_id)
+    return int(m.group(1)) if m else None
+
+
+class Stats:
+    """Runs started and the most handlers running at once, for the summary line."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs = 0
+        self.running = 0
+        self.max_concurrent = 0
+        self.printed = False
+
+    def start(self) -> None:
+        with self.lock:
+            self.runs += 1
+            self.running += 1
+            self.max_concurrent = max(self.max_concurrent, self.running)
+
+    def end(self) -> None:
+        with self.lock:
+            self.running -= 1
+
+    def summary(self) -> bool:
+        """Prints the summary once; False when it was printed already (the other exit won)."""
+        with self.lock:
+            if self.printed:
+                return False
+            self.printed = True
+            line = "summary " + json.dumps(
+                {"runs": self.runs, "max_concurrent": self.max_concurrent}, separators=(",", ":")
+            )
+        say(line)
+        return True
+
 
 def work(args) -> int:
-    client = valkey.Valkey.from_url(args.url)
+    if args.jobs is not None and not args.done:
+        raise SystemExit("crossworker: --jobs needs --done")
+    client = connect(args)
     queue = echomq.Queue(client, args.queue)
+    stats = Stats()
 
-    def handler(job: echomq.Job) -> None:
+    def run(job: echomq.Job) -> None:
+        if args.log_takes:
+            say("took %s %s %d" % (job.entry_id, job.id, job.attempt))
         if args.started:
-            client.rpush(args.started, job.id)
-        if args.crash:
+            retried(lambda: client.rpush(args.started, job.id))
+        if args.crash or (args.crash_on is not None and job.id == args.crash_on):
             # a job that kills whatever runs it: the worker dies as under SIGKILL
             os.kill(os.getpid(), signal.SIGKILL)
         if args.sleep_ms:
             time.sleep(args.sleep_ms / 1000)
+        if args.overload_every and job.attempt % args.overload_every == 0:
+            raise echomq.RetryAfter(args.retry_after_ms)
+        if args.fail_first is not None:
+            number = _trailing_number(job.id)
+            if number is not None and job.attempt <= number % (args.fail_first + 1):
+                raise RuntimeError("planned failure")
         if args.fail is not None:
             raise RuntimeError(args.fail)
         if args.done:
-            client.hincrby(args.done, job.id, 1)
+            retried(lambda: client.hincrby(args.done, job.id, 1))
+
+    def handler(job: echomq.Job) -> None:
+        stats.start()
+        try:
+            run(job)
+        finally:
+            stats.end()
 
     worker = echomq.Worker(
         queue,
@@ -57,15 +194,41 @@ def work(args) -> int:
         while not worker.ready.wait(0.1):
             if worker.closing:
                 return
-        print("ready", flush=True)
+        say("ready")
+
+    def watch_jobs() -> None:
+        """--jobs N: closes the worker once N jobs are done or dead (polled every 50 ms)."""
+        dead = "{%s}:dead" % args.queue
+        while not worker.closing:
+            try:
+                if client.hlen(args.done) + client.zcard(dead) >= args.jobs:
+                    worker.close()
+                    return
+            except Exception:  # noqa: BLE001 - a poll during a failover: ask again
+                pass
+            time.sleep(0.05)
+
+    def deadline() -> None:
+        time.sleep(args.deadline_secs)
+        if stats.summary():
+            os._exit(2)  # still running after --deadline-secs: the test fails fast
 
     threading.Thread(target=announce, daemon=True).start()
-    worker.run()
+    if args.jobs is not None:
+        threading.Thread(target=watch_jobs, daemon=True).start()
+    if args.deadline_secs:
+        threading.Thread(target=deadline, daemon=True).start()
+    try:
+        worker.run()
+    finally:
+        if not stats.summary():
+            # the deadline printed the summary and is exiting with 2: do not exit 0 under it
+            time.sleep(60)
     return 0
 
 
 def add(args) -> int:
-    queue = echomq.Queue(valkey.Valkey.from_url(args.url), args.queue)
+    queue = echomq.Queue(connect(args), args.queue)
     payloads = ["payload-%d" % i for i in range(args.count)]
     ids = None
     if args.id_prefix is not None:
@@ -77,7 +240,7 @@ def add(args) -> int:
 
 
 def dead(args) -> int:
-    queue = echomq.Queue(valkey.Valkey.from_url(args.url), args.queue)
+    queue = echomq.Queue(connect(args), args.queue)
     offset = 0
     while True:
         records = queue.dead(offset, 500)
@@ -103,14 +266,14 @@ def dead(args) -> int:
 
 def requeue(args) -> int:
     """Prints true when the job was dead and is pending again, else false."""
-    queue = echomq.Queue(valkey.Valkey.from_url(args.url), args.queue)
+    queue = echomq.Queue(connect(args), args.queue)
     print("true" if queue.requeue(args.id) else "false", flush=True)
     return 0
 
 
 def purge(args) -> int:
     """Prints how many dead jobs were removed."""
-    queue = echomq.Queue(valkey.Valkey.from_url(args.url), args.queue)
+    queue = echomq.Queue(connect(args), args.queue)
     print(queue.purge_dead(args.older_than_ms), flush=True)
     return 0
 
@@ -122,6 +285,7 @@ def main(argv=None) -> int:
     def common(p):
         p.add_argument("--url", required=True)
         p.add_argument("--queue", required=True)
+        p.add_argument("--cluster", action="store_true")
 
     w = sub.add_parser("work")
     common(w)
@@ -136,6 +300,13 @@ def main(argv=None) -> int:
     w.add_argument("--shutdown-timeout-ms", type=int, default=10000)
     w.add_argument("--started")
     w.add_argument("--crash", action="store_true")
+    w.add_argument("--crash-on")
+    w.add_argument("--fail-first", type=int)
+    w.add_argument("--overload-every", type=int)
+    w.add_argument("--retry-after-ms", type=int, default=1000)
+    w.add_argument("--log-takes", action="store_true")
+    w.add_argument("--jobs", type=int)
+    w.add_argument("--deadline-secs", type=float, default=0)
     a = sub.add_parser("add")
     common(a)
     a.add_argument("--count", type=int, required=True)

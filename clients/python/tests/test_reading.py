@@ -1,5 +1,5 @@
-"""Taking jobs: a refused ECHO.PROMOTE does not lose the entries read beside it, and the takeover's
-cursor reaches an orphan behind many live entries."""
+"""Taking jobs: a refused ECHO.PROMOTE does not lose the entries read beside it, the takeover's
+cursor reaches an orphan behind many live entries, and a run knows the entry that delivered it."""
 
 from __future__ import annotations
 
@@ -57,3 +57,29 @@ def test_takeover_reaches_an_orphan_behind_live_entries(client, qname):
         stop.set()
         keeper.join(5)
     assert runs == ["orphan"]
+
+
+def test_job_entry_id_is_the_entry_that_delivered_the_run(client, qname):
+    q = echomq.Queue(client, qname)
+    pending = "{%s}:pending" % qname
+    seen = []
+
+    def handler(job):
+        # while the run lasts, its entry is delivered to this worker and holds this job
+        delivered = client.xpending_range(pending, "workers", job.entry_id, job.entry_id, 1)
+        seen.append((job.id, job.entry_id, delivered, client.xrange(pending, job.entry_id, job.entry_id)))
+
+    jid = q.add(b"x")
+    with running(q, handler) as worker:
+        wait_for(lambda: seen, what="the run")
+    (job_id, entry_id, delivered, entry) = seen[0]
+    assert job_id == jid
+    assert isinstance(entry_id, str)
+    assert [d["message_id"] for d in delivered] == [entry_id.encode()]
+    assert delivered[0]["consumer"] == worker.consumer
+    assert entry == [(entry_id.encode(), {b"job": jid.encode()})]
+
+
+def test_job_built_with_three_fields_has_no_entry_id():
+    job = echomq.Job("a", b"p", 1)
+    assert (job.id, job.payload, job.attempt, job.entry_id) == ("a", b"p", 1, "")

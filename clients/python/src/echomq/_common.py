@@ -98,7 +98,10 @@ def error_text(exc: BaseException) -> bytes:
 
 
 def check_client(client) -> None:
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    # get_connection_kwargs: the pool's options for a Valkey, every node's for a ValkeyCluster
+    # (which has no connection_pool)
+    get = getattr(client, "get_connection_kwargs", None)
+    kwargs = get() if get is not None else getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     if kwargs.get("decode_responses"):
         raise ValueError(
             "echomq needs a client made with decode_responses=False: payloads are bytes"

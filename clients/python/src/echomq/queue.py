@@ -7,7 +7,18 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from ._common import Keys, Payload, check_client, id_bytes, new_id, new_job_id, server_ms, to_bytes, to_str
 from ._protocol import ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE
+from ._route import Route, redirected
 from .worker import Worker
+
+
+class _Refused(Exception):
+    """Carries an error from inside EXEC's reply past the cluster's resend loop: the transaction
+    ran, so a MOVED or TRYAGAIN text in it (a script's own error) must not make it run again."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
 
 @dataclass(frozen=True)
 class DeadJob:
@@ -34,8 +45,11 @@ def _delay(delay_ms: int) -> int:
 class Queue:
     """A queue on an echomq server.
 
-    ``client`` is a ``valkey.Valkey`` made with ``decode_responses=False`` (the default):
-    payloads are bytes. The queue is thread-safe as the client is.
+    ``client`` is a ``valkey.Valkey`` or a ``valkey.cluster.ValkeyCluster``, made with
+    ``decode_responses=False`` (the default): payloads are bytes. The queue is thread-safe as the
+    client is. On a cluster every command of the queue goes to the primary that owns its slot (all
+    its keys share the hash tag ``{name}``), transactions and scripts included; a call refused by
+    a redirection or a failover is sent again for up to 30 s (see ``_route.py``).
     """
 
     def __init__(self, client, name: str) -> None:
@@ -43,6 +57,9 @@ class Queue:
         self.client = client
         self.name = name
         self.keys = Keys(name)
+        self._route = Route(client, self.keys.pending)
+        # Registered on the caller's client (for its encoder) but always called with the client
+        # of the queue's node, or a pipeline of it: EVALSHA, and on NOSCRIPT the text, go there.
         self._add_script = client.register_script(ADD_WITH_ID)
         self._requeue_script = client.register_script(REQUEUE)
         self._purge_script = client.register_script(PURGE_DEAD)
@@ -68,8 +85,11 @@ class Queue:
         k = self.keys
         if id is not None:
             text, jid = new_job_id(id)
-            # A refused enqueue is raised by the script with nothing written.
-            self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, data, delay_ms])
+            # A refused enqueue is raised by the script with nothing written; a resend after a lost
+            # reply finds the job and changes nothing, so it is sent again like any idempotent call.
+            self._route.run(
+                lambda c: self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, data, delay_ms], client=c)
+            )
             return text
         jid_s = new_id()
         self._execute_adds([(jid_s.encode(), data)], delay_ms, False)
@@ -78,22 +98,37 @@ class Queue:
     def _execute_adds(self, jobs, delay_ms: int, given: bool) -> None:
         """One MULTI of adds; an error inside EXEC's reply is raised to the caller. A job with a
         generated id whose enqueue was refused has its payload taken back (its id is unique: no
-        other job can own that payload)."""
-        pipe = self.client.pipeline(transaction=True)
-        for jid, payload in jobs:
-            self._queue_add(pipe, jid, payload, delay_ms, given)
-        replies = pipe.execute(raise_on_error=False)
-        errors = [r for r in replies if isinstance(r, Exception)]
-        if not errors:
-            return
-        if not given:
-            refused = [jid for i, (jid, _) in enumerate(jobs) if isinstance(replies[2 * i + 1], Exception)]
-            if refused:
-                try:
-                    self.client.hdel(self.keys.jobs, *refused)
-                except Exception:  # noqa: BLE001 - the first error is the one to report
-                    pass
-        raise errors[0]
+        other job can own that payload).
+
+        On a cluster the MULTI runs on the node of the queue's slot, so it is a transaction there as
+        on a single server. A refusal at queueing time (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) makes
+        the server discard the whole transaction (EXECABORT): nothing ran and it is sent again.
+        Generated ids are not idempotent (a second XADD is a second run), so after a connection
+        lost with the EXEC on the wire the error is raised, as on a single server."""
+
+        def execute(client):
+            pipe = client.pipeline(transaction=True)
+            for jid, payload in jobs:
+                self._queue_add(pipe, jid, payload, delay_ms, given)
+            replies = pipe.execute(raise_on_error=False)
+            errors = [r for r in replies if isinstance(r, Exception)]
+            if not errors:
+                return
+            if not given:
+                refused = [jid for i, (jid, _) in enumerate(jobs) if isinstance(replies[2 * i + 1], Exception)]
+                if refused:
+                    try:
+                        client.hdel(self.keys.jobs, *refused)
+                    except Exception:  # noqa: BLE001 - the first error is the one to report
+                        pass
+            # An error inside EXEC's reply is the command's own refusal (it ran, the others of
+            # the transaction too): raised to the caller, never sent again.
+            raise _Refused(errors[0])
+
+        try:
+            self._route.run(execute, idempotent=given)
+        except _Refused as refused:
+            raise refused.error from None
 
     def add_many(
         self,
@@ -125,14 +160,23 @@ class Queue:
     def counts(self) -> Dict[str, int]:
         """{scheduled, due, pending, in_flight, dead}."""
         k = self.keys
-        now = server_ms(self.client.time())
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(k.schedule)
-        pipe.zcount(k.schedule, "-inf", now)
-        pipe.xlen(k.pending)
-        pipe.execute_command("XPENDING", k.pending, GROUP)
-        pipe.zcard(k.dead)
-        zcard, due, xlen, xpending, dead = pipe.execute(raise_on_error=False)
+
+        def read(client):
+            # TIME on the queue's node: its clock is the one that schedules the queue
+            now = server_ms(client.time())
+            pipe = client.pipeline(transaction=False)
+            pipe.zcard(k.schedule)
+            pipe.zcount(k.schedule, "-inf", now)
+            pipe.xlen(k.pending)
+            pipe.execute_command("XPENDING", k.pending, GROUP)
+            pipe.zcard(k.dead)
+            replies = pipe.execute(raise_on_error=False)
+            for value in replies:
+                if isinstance(value, Exception) and self._route.cluster and redirected(value):
+                    raise value  # the slot moved between the commands: read it all again
+            return replies
+
+        zcard, due, xlen, xpending, dead = self._route.run(read)
         if isinstance(xpending, Exception):
             if "NOGROUP" not in str(xpending):
                 raise xpending
@@ -157,15 +201,19 @@ class Queue:
         if count <= 0:
             return []
         k = self.keys
-        rows = self.client.zrange(k.dead, offset, offset + count - 1, withscores=True)
-        if not rows:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for member, _ in rows:
-            pipe.hget(k.attempts, member)
-            pipe.hget(k.errors, member)
-            pipe.hget(k.jobs, member)
-        values = pipe.execute()
+
+        def read(client):
+            rows = client.zrange(k.dead, offset, offset + count - 1, withscores=True)
+            if not rows:
+                return [], []
+            pipe = client.pipeline(transaction=False)
+            for member, _ in rows:
+                pipe.hget(k.attempts, member)
+                pipe.hget(k.errors, member)
+                pipe.hget(k.jobs, member)
+            return rows, pipe.execute()
+
+        rows, values = self._route.run(read)
         out = []
         for i, (member, score) in enumerate(rows):
             attempts, error, payload = values[3 * i : 3 * i + 3]
@@ -187,7 +235,14 @@ class Queue:
         When pending cannot take it (a key of another type, a stream out of IDs) the server's
         error is raised and the job stays dead with its attempts and error."""
         k = self.keys
-        return bool(self._requeue_script(keys=[k.dead, k.attempts, k.errors, k.pending], args=[id_bytes(id)]))
+        jid = id_bytes(id)
+        # Sent again after a lost reply: a first try that ran left the job pending, not dead, so
+        # the resend changes nothing (and says False).
+        return bool(
+            self._route.run(
+                lambda c: self._requeue_script(keys=[k.dead, k.attempts, k.errors, k.pending], args=[jid], client=c)
+            )
+        )
 
     def remove(self, id: str) -> bool:
         """Removes a job wherever it waits; True when it existed. A run in flight of the job
@@ -195,19 +250,28 @@ class Queue:
         deletes what the remove already deleted."""
         k = self.keys
         jid = id_bytes(id)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.zrem(k.schedule, jid)
-        pipe.zrem(k.dead, jid)
-        pipe.hdel(k.jobs, jid)
-        pipe.hdel(k.attempts, jid)
-        pipe.hdel(k.errors, jid)
-        replies = pipe.execute()
+
+        def remove(client):
+            pipe = client.pipeline(transaction=True)
+            pipe.zrem(k.schedule, jid)
+            pipe.zrem(k.dead, jid)
+            pipe.hdel(k.jobs, jid)
+            pipe.hdel(k.attempts, jid)
+            pipe.hdel(k.errors, jid)
+            return pipe.execute()
+
+        replies = self._route.run(remove)
         return int(replies[2]) == 1
 
     def purge_dead(self, older_than_ms: int = 0) -> int:
         """Removes the dead jobs that died at least ``older_than_ms`` ago (server clock)."""
         k = self.keys
-        return int(self._purge_script(keys=[k.dead, k.jobs, k.attempts, k.errors], args=[int(older_than_ms)]))
+        cutoff = int(older_than_ms)
+        return int(
+            self._route.run(
+                lambda c: self._purge_script(keys=[k.dead, k.jobs, k.attempts, k.errors], args=[cutoff], client=c)
+            )
+        )
 
     def worker(self, handler, **options):
         """Shorthand for ``Worker(self, handler, **options)``."""

@@ -18,6 +18,7 @@ from valkey.exceptions import ResponseError
 from valkey.exceptions import TimeoutError as _TimeoutError
 
 from ._common import consumer_name, error_text, server_ms, to_str
+from ._route import describe, redirected
 from ._protocol import (
     DEFAULT_BACKOFF,
     DEFAULT_LEASE_MS,
@@ -41,6 +42,7 @@ log = logging.getLogger("echomq")
 HOLD_RECHECK_S = 1.0  # a worker waiting out a hold asks again this often: a lifted hold is seen
 _TRANSIENT = (_ConnError, _TimeoutError, OSError)
 _STALE_CODES = ("READONLY", "UNBLOCKED", "MASTERDOWN", "LOADING")
+REDIRECT_PAUSE_S = 0.1  # the worker's loop after a MOVED, ASK, TRYAGAIN or CLUSTERDOWN: map refreshed
 
 
 def _stale(exc: BaseException) -> bool:
@@ -61,6 +63,13 @@ def _stale(exc: BaseException) -> bool:
     text = text.split("caused error: ", 1)[-1]
     return text.startswith(_STALE_CODES)
 
+
+def _resend(exc: BaseException) -> bool:
+    """Worth sending again: the connection was lost, or the refusal says where the command went
+    (``_stale``) or that it ran nowhere (a cluster's redirection, ``redirected``). Every write of
+    the protocol is safe to resend (docs/clients.md)."""
+    return isinstance(exc, _TRANSIENT) or _stale(exc) or redirected(exc)
+
 class RetryAfter(Exception):
     """Raise from a handler when a dependency asked to wait (429/503 with Retry-After):
     the queue is held for ``ms`` (no worker starts a job of it) and the job fails as usual."""
@@ -72,11 +81,15 @@ class RetryAfter(Exception):
 
 @dataclass(frozen=True)
 class Job:
-    """What a handler gets: the id, the payload (bytes) and the attempt number (1 = first run)."""
+    """What a handler gets: the id, the payload (bytes), the attempt number (1 = first run) and
+    ``entry_id``, the pending entry that delivered this run, for logs (a job retried or taken over
+    runs from another entry each time). ``entry_id`` is the last field, with a default, so a Job
+    built positionally with three fields (as in a handler's own tests) still works."""
 
     id: str
     payload: bytes
     attempt: int
+    entry_id: str = ""
 
 
 class _Pool:
@@ -182,6 +195,9 @@ class Worker:
             raise ValueError("shutdown_timeout_ms must not be negative")
         self.queue = queue
         self.client = queue.client
+        # Where the queue's commands go: the client, or on a cluster the slot owner's node client
+        # (queue.py's Route). Looked up for each command, so a refreshed slot map takes effect.
+        self._route = queue._route
         self.keys = queue.keys
         self.handler = handler
         self.concurrency = int(concurrency)
@@ -210,6 +226,7 @@ class Worker:
         self._deadline: Optional[float] = None  # monotonic time after which unsent outcomes are dropped
         self._claim_cursor = b"0-0"  # XAUTOCLAIM's cursor, kept between takeovers
         self._reader = None  # the blocking reads' client, once run() made it
+        self._reader_node: Optional[str] = None  # on a cluster, the node the reader is connected to
         self._fail_script = self.client.register_script(FAIL)
         self._success_script = self.client.register_script(SUCCEED)
         self._hand_back_script = self.client.register_script(HAND_BACK)
@@ -261,6 +278,22 @@ class Worker:
             self._closing.wait(min(left, 0.1))
 
     def _make_reader(self, block_ms: int):
+        """A client of its own for the blocking reads (a read must not hold up the connections
+        the acknowledgements use), whose socket timeout outlasts the block. On a cluster, a client
+        of the node that owns the queue's slot, with the cluster's connection options (its parser,
+        which names MOVED and the like); ``_current_reader`` makes a new one when the slot moves."""
+        if self._route.cluster:
+            node = self._route.node()
+            kwargs = self._route.connection_kwargs()
+            timeout = kwargs.get("socket_timeout")
+            # Also without a timeout of the caller's: a node that stops answering (paused,
+            # partitioned) while its replica takes the slot over would hold the read forever. A
+            # read blocks at most a second, so one silent for block + 5 s is a lost connection.
+            if timeout is None or timeout < block_ms / 1000 + 5:
+                kwargs["socket_timeout"] = block_ms / 1000 + 5
+            reader = self.client.nodes_manager.create_valkey_node(node.host, node.port, **kwargs)
+            self._reader_node = node.name
+            return reader
         pool = self.client.connection_pool
         kwargs = dict(pool.connection_kwargs)
         timeout = kwargs.get("socket_timeout")
@@ -269,21 +302,43 @@ class Worker:
         reader_pool = valkey.ConnectionPool(connection_class=pool.connection_class, max_connections=2, **kwargs)
         return valkey.Valkey(connection_pool=reader_pool)
 
+    def _current_reader(self):
+        """The reader, made again on a cluster when the slot map in hand names another owner of the
+        queue's slot than the one it reads from (after a failover or a slot migration)."""
+        if self._reader is not None and self._route.cluster and self._route.node().name != self._reader_node:
+            self._close_reader()
+        if self._reader is None:
+            self._reader = self._make_reader(self.block_ms)
+        return self._reader
+
+    def _close_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            try:
+                reader.close()
+                reader.connection_pool.disconnect()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("echomq: cannot close the reader's connections (%s)", exc)
+
     def _setup(self) -> None:
         k = self.keys
+        node = self._route.target()
         try:
-            self.client.xgroup_create(k.pending, GROUP, id="0", mkstream=True)
+            node.xgroup_create(k.pending, GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
         # An invalid policy would make every failure's MULTI lose its job: ECHO.DELAY
-        # validates it as ECHO.RETRY does, and writes and counts nothing.
-        self.client.execute_command("ECHO.DELAY", self.backoff, 1)
+        # validates it as ECHO.RETRY does, and writes and counts nothing. On a cluster it is
+        # keyless: the queue's node answers it, as it answers ECHO.QUEUES below.
+        node.execute_command("ECHO.DELAY", self.backoff, 1)
         self._check_queues()
 
     def _check_queues(self) -> None:
         k = self.keys
-        pairs = self.client.execute_command("ECHO.QUEUES") or []
+        # Each node of a cluster has its own echomq.auto-promote: the one that owns the slot is
+        # the one whose timer would promote the queue.
+        pairs = self._route.target().execute_command("ECHO.QUEUES") or []
         listed = any(len(p) == 2 and bytes(p[0]) == k.schedule and bytes(p[1]) == k.pending for p in pairs)
         self._self_promote = not listed
 
@@ -292,23 +347,26 @@ class Worker:
             try:
                 self._setup()
                 break
-            except _TRANSIENT as exc:
+            except Exception as exc:  # noqa: BLE001 - sorted below
+                if not (isinstance(exc, _TRANSIENT) or redirected(exc)):
+                    raise
                 if self.closing:
                     return
-                log.warning("echomq: cannot reach the server (%s); retrying", exc)
+                log.warning("echomq: cannot reach the server (%s); retrying", describe(exc))
+                self._route.refresh(exc)
                 self._sleep(1.0)
                 if self.closing:
                     return
         self.ready.set()
-        reader = self._make_reader(self.block_ms)
-        self._reader = reader
+        if not self._route.cluster:
+            self._reader = self._make_reader(self.block_ms)
         pool = _Pool(self.concurrency, "echomq-handler")
         acker = threading.Thread(target=self._ack_loop, name="echomq-ack", daemon=True)
         leaser = threading.Thread(target=self._lease_loop, name="echomq-lease", daemon=True)
         acker.start()
         leaser.start()
         try:
-            self._loop(reader, pool)
+            self._loop(pool)
         finally:
             deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
             self._deadline = deadline
@@ -329,26 +387,41 @@ class Worker:
             self._lease_stop.set()
             leaser.join(timeout=5)
             pool.shutdown()
-            reader.close()
-            reader.connection_pool.disconnect()
+            self._close_reader()
 
     def _reconnect(self) -> None:
         """Closes the idle connections of the client's pool and of the reader's (those in use
-        are closed when they meet the same refusal): the next command opens a new one."""
-        pools = [self.client.connection_pool]
-        if self._reader is not None:
-            pools.append(self._reader.connection_pool)
+        are closed when they meet the same refusal): the next command opens a new one. On a
+        cluster, those of the queue's node, and the slot map is asked for again."""
+        pools = []
+        try:
+            pools.append(self._route.target().connection_pool)
+        except Exception as exc:  # noqa: BLE001 - no owner in the map: the refresh below finds one
+            log.warning("echomq: %s", exc)
+        reader = self._reader
+        if reader is not None:
+            pools.append(reader.connection_pool)
+        self._route.refresh()
         for pool in pools:
             try:
                 pool.disconnect(inuse_connections=False)
             except Exception as exc:  # noqa: BLE001
                 log.warning("echomq: cannot close the connections (%s)", exc)
 
+    def _after_refusal(self, exc: BaseException) -> None:
+        """Before an outcome or a lease is sent again: a stale connection is dropped (the next
+        one goes through the endpoint), and on a cluster the slot map is asked for again, so the
+        resend goes to the slot's owner now (after a redirection, a failover, a dead node)."""
+        if _stale(exc):
+            self._reconnect()
+        else:
+            self._route.refresh(exc)
+
     def _free(self) -> int:
         with self._lock:
             return self.concurrency - self._running
 
-    def _loop(self, reader, pool: _Pool) -> None:
+    def _loop(self, pool: _Pool) -> None:
         next_queues = time.monotonic() + 10
         takeover_every = self.lease_ms / 2000
         next_takeover = 0.0
@@ -363,29 +436,50 @@ class Worker:
                     if free <= 0:
                         self._lock.wait(0.1)
                         continue
+                reader = self._current_reader()
                 if now >= next_takeover:
                     next_takeover = now + takeover_every
                     self._takeover(reader, pool, free)
                     continue
                 self._take(reader, pool, free)
-            except ResponseError as exc:
-                if _stale(exc):
-                    log.warning("echomq: %s; reconnecting", exc)
-                    self._reconnect()
-                    self._sleep(0.5)
-                elif "NOGROUP" in str(exc):
-                    log.warning("echomq: the consumer group is gone; creating it again")
-                    try:
-                        self._setup()
-                    except Exception:  # noqa: BLE001
-                        log.exception("echomq: cannot create the group")
-                        self._sleep(1.0)
-                else:
-                    log.exception("echomq: server error")
-                    self._sleep(1.0)
-            except _TRANSIENT as exc:
-                log.warning("echomq: connection problem (%s); retrying", exc)
+            except Exception as exc:  # noqa: BLE001 - sorted below; anything else ends run()
+                if not self._recover(exc):
+                    raise
+
+    def _recover(self, exc: BaseException) -> bool:
+        """What the loop does after a failed read or takeover; False for an error it does not
+        know (raised out of run())."""
+        if redirected(exc):
+            # MOVED, ASK, TRYAGAIN, CLUSTERDOWN: nothing ran. Entries a read delivered before a
+            # later command of its round was refused stay delivered to this worker and are taken
+            # over after the lease: none is lost.
+            log.warning("echomq: %s; asking the cluster where the queue's slot is", describe(exc))
+            self._route.refresh(exc)
+            self._sleep(REDIRECT_PAUSE_S)
+        elif isinstance(exc, ResponseError):
+            if _stale(exc):
+                log.warning("echomq: %s; reconnecting", describe(exc))
+                self._reconnect()
                 self._sleep(0.5)
+            elif "NOGROUP" in str(exc):
+                log.warning("echomq: the consumer group is gone; creating it again")
+                try:
+                    self._setup()
+                except Exception:  # noqa: BLE001
+                    log.exception("echomq: cannot create the group")
+                    self._sleep(1.0)
+            else:
+                log.exception("echomq: server error")
+                self._sleep(1.0)
+        elif isinstance(exc, _TRANSIENT):
+            log.warning("echomq: connection problem (%s); retrying", exc)
+            # On a cluster the node may be gone for good (its replica takes over): the new map
+            # names the new owner.
+            self._route.refresh()
+            self._sleep(0.5)
+        else:
+            return False
+        return True
 
     def _take(self, reader, pool: _Pool, free: int) -> None:
         k = self.keys
@@ -400,7 +494,7 @@ class Worker:
         # XREADGROUP beside it delivered (they would wait for a takeover).
         replies = pipe.execute(raise_on_error=False)
         if self._self_promote and isinstance(replies[0], Exception):
-            log.warning("echomq: ECHO.PROMOTE failed (%s)", replies[0])
+            log.warning("echomq: ECHO.PROMOTE failed (%s)", describe(replies[0]))
         if isinstance(replies[-3], Exception):
             raise replies[-3]
         entries = _read_entries(replies[-3])
@@ -463,7 +557,7 @@ class Worker:
         after the lease; an entry without a job field is only dropped."""
         k = self.keys
         try:
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self._route.target().pipeline(transaction=False)
             for eid, jid in entries:
                 if jid is None:
                     pipe.xack(k.pending, GROUP, eid)
@@ -499,14 +593,15 @@ class Worker:
 
     def _takeover(self, reader, pool: _Pool, free: int) -> None:
         k = self.keys
-        reply = self.client.xautoclaim(k.pending, GROUP, self.consumer, self.lease_ms, self._claim_cursor, count=free)
+        node = self._route.target()  # the XPENDING and the reads below go to the same node
+        reply = node.xautoclaim(k.pending, GROUP, self.consumer, self.lease_ms, self._claim_cursor, count=free)
         # One call looks at no more than 10 x COUNT entries: go on from where it stopped (it
         # replies 0-0 at the end), or an old entry behind many live ones is never reached.
         self._claim_cursor = reply[0] or b"0-0"
         claimed = [(eid, _fields_job(fields)) for eid, fields in (reply[1] or []) if eid is not None]
         if not claimed:
             return
-        pipe = self.client.pipeline(transaction=False)
+        pipe = node.pipeline(transaction=False)
         for eid, jid in claimed:
             pipe.xpending_range(k.pending, GROUP, eid, eid, 1)
             pipe.hget(k.jobs, jid if jid is not None else b"")
@@ -536,7 +631,7 @@ class Worker:
     def _execute(self, eid: bytes, jid: bytes, payload: bytes, attempt: int) -> None:
         outcome: Optional[BaseException] = None
         try:
-            self.handler(Job(to_str(jid), payload, attempt))
+            self.handler(Job(to_str(jid), payload, attempt, to_str(eid)))
         except BaseException as exc:  # noqa: BLE001 - any raise fails the job
             outcome = exc
         keep_lease = False
@@ -576,16 +671,16 @@ class Worker:
         while True:
             try:
                 reply = self._fail_script(
-                    keys=[k.schedule, k.pending, k.dead, k.attempts, k.errors, k.jobs], args=args
+                    keys=[k.schedule, k.pending, k.dead, k.attempts, k.errors, k.jobs],
+                    args=args,
+                    client=self._route.target(),
                 )
                 break
             except Exception as err:  # noqa: BLE001
-                stale = _stale(err)
-                if not (stale or isinstance(err, _TRANSIENT)) or not resend or self._give_up():
+                if not _resend(err) or not resend or self._give_up():
                     raise
-                log.warning("echomq: cannot write a failure (%s); sending it again", err)
-                if stale:
-                    self._reconnect()
+                log.warning("echomq: cannot write a failure (%s); sending it again", describe(err))
+                self._after_refusal(err)
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
         # {fired, held}: -3 (a resend, or settled elsewhere) and -4 (removed) wrote nothing more.
@@ -614,15 +709,13 @@ class Worker:
             try:
                 self._send_acks(batch)
             except Exception as exc:  # noqa: BLE001
-                stale = _stale(exc)
-                if self._give_up() or not (stale or isinstance(exc, _TRANSIENT)):
-                    log.warning("echomq: acknowledgement of %d entries failed (%s); they are taken over after the lease", len(batch), exc)
+                if self._give_up() or not _resend(exc):
+                    log.warning("echomq: acknowledgement of %d entries failed (%s); they are taken over after the lease", len(batch), describe(exc))
                     self._release(batch)
                     batch = []
                     continue
-                log.warning("echomq: acknowledgement failed (%s); sending it again", exc)
-                if stale:
-                    self._reconnect()
+                log.warning("echomq: acknowledgement failed (%s); sending it again", describe(exc))
+                self._after_refusal(exc)
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
                 continue
@@ -641,12 +734,13 @@ class Worker:
         never a job added with the same id since."""
         k = self.keys
         keys = [k.pending, k.jobs, k.attempts, k.errors]
+        node = self._route.target()
         for i in range(0, len(batch), SUCCESS_BATCH):
             args: List[bytes] = []
             for eid, jid in batch[i : i + SUCCESS_BATCH]:
                 args.append(eid)
                 args.append(jid if jid is not None else b"")
-            self._success_script(keys=keys, args=args)
+            self._success_script(keys=keys, args=args, client=node)
 
     def _lease_loop(self) -> None:
         k = self.keys
@@ -656,8 +750,10 @@ class Worker:
                 entries = list(self._leased)
             for i in range(0, len(entries), 1000):
                 try:
-                    self.client.xclaim(k.pending, GROUP, self.consumer, 0, entries[i : i + 1000], justid=True)
+                    node = self._route.target()
+                    node.xclaim(k.pending, GROUP, self.consumer, 0, entries[i : i + 1000], justid=True)
                 except Exception as exc:  # noqa: BLE001
-                    log.warning("echomq: lease renewal failed (%s)", exc)
-                    if _stale(exc):
-                        self._reconnect()
+                    # Renewed again in lease_ms / 3: a lease outlives two missed renewals.
+                    log.warning("echomq: lease renewal failed (%s)", describe(exc))
+                    if _resend(exc):
+                        self._after_refusal(exc)
