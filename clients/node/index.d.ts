@@ -79,6 +79,9 @@ export interface Job {
   readonly payload: Buffer;
   /** 1 on the first run, n + 1 after n failures. */
   readonly attempt: number;
+  /** The pending entry that delivered this run, for logs (the stream entry id the worker read
+   * or claimed, e.g. "1796129508963-0"). */
+  readonly entryId: string;
 }
 
 export type Handler = (job: Job) => unknown | Promise<unknown>;

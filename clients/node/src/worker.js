@@ -467,7 +467,9 @@ export class Worker extends EventEmitter {
   #start(entry, id, payload, attempt) {
     let result;
     try {
-      result = this.#handler({ id, payload, attempt });
+      // entryId: the pending entry that delivered this run, for logs (a job's later runs, and a
+      // run taken over, come from other entries).
+      result = this.#handler({ id, payload, attempt, entryId: entry });
     } catch (err) {
       this.#settle(entry, id, attempt, err === null || err === undefined ? new Error(String(err)) : err);
       return;
