@@ -49,6 +49,8 @@ export function onSlot(connection, key, name, ...args) {
   return connection.sendCommand(new OnSlot(name, args, key));
 }
 
+const NOSCRIPT = /^NOSCRIPT|^Too many Cluster redirections\. Last error: ReplyError: NOSCRIPT/;
+
 // A script run with EVALSHA, loaded with EVAL when the server does not know it yet.
 export class Script {
   constructor(lua, keyCount) {
@@ -67,7 +69,10 @@ export class Script {
     try {
       return await connection.evalsha(this.sha, this.keyCount, ...keys, ...args);
     } catch (e) {
-      if (!String(e && e.message).startsWith("NOSCRIPT")) throw e;
+      // A Cluster that gave up redirecting wraps the last reply: "Too many Cluster
+      // redirections. Last error: ReplyError: NOSCRIPT ..." (the slot's new owner, after a
+      // failover or a migration, has not cached the script yet); EVAL is a new command.
+      if (!NOSCRIPT.test(String(e && e.message))) throw e;
       return connection.eval(this.lua, this.keyCount, ...keys, ...args);
     }
   }

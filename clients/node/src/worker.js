@@ -312,6 +312,7 @@ export class Worker extends EventEmitter {
   async #readLoop() {
     const k = this.#keys;
     this.#nextTakeOver = 0;
+    let readPause = 0; // after a transient failure of the last read
     while (!this.#closing) {
       const free = this.concurrency - this.#busy;
       if (free <= 0 || this.#holdsUnsent > 0) {
@@ -368,10 +369,16 @@ export class Worker extends EventEmitter {
           this.#report(e);
           this.#readerId = null;
           this.#reconnect(reader, e);
-          await this.#waitWake(ERROR_PAUSE_MS);
+          // A read cut by a failover (UNBLOCKED on the old primary at a CLUSTER FAILOVER, a
+          // lost connection, MOVED or TRYAGAIN redirected too often) is read again soon, every
+          // time later, so the queue goes on as soon as the new owner answers; a refusal (the
+          // server answered) waits a second, not to spin on it.
+          readPause = answered(e) ? ERROR_PAUSE_MS : Math.min(PAUSE_MAX_MS, Math.max(PAUSE_FIRST_MS, readPause * 2));
+          await this.#waitWake(readPause);
         }
         continue;
       }
+      readPause = 0;
       this.#busy -= free - entries.length;
       if (entries.length) await this.#begin(entries, heldUntil, now, reader);
     }
