@@ -446,10 +446,11 @@ export class Worker extends EventEmitter {
     for (const e of entries) this.#inHand.set(e.entry, e.job);
     // Nothing below has started a handler before its last await, so a try that failed on the
     // way (a lost connection, a failover or a slot moving under it) is made again, the
-    // entries' leases renewed meanwhile, for up to half a lease: past that, their lease may
-    // run out while the cluster heals, and another worker may take them over; they are then
-    // left to that takeover.
-    const giveUpAt = Date.now() + this.leaseMs / 2;
+    // entries' leases renewed meanwhile, for up to half a lease from the first failure (not
+    // from the start: a hold may have been waited out before): past that, their lease may run
+    // out while the cluster heals, and another worker may take them over; they are then left to
+    // that takeover.
+    let giveUpAt = null;
     let pause = 0;
     for (;;) {
       try {
@@ -498,6 +499,7 @@ export class Worker extends EventEmitter {
         this.#report(err);
         this.#reconnect(conn, err);
         pause = Math.min(PAUSE_MAX_MS, Math.max(PAUSE_FIRST_MS, pause * 2));
+        giveUpAt ??= Date.now() + this.leaseMs / 2;
         if (answered(err) || Date.now() + pause > giveUpAt) {
           this.#release(entries.filter((e) => this.#inHand.has(e.entry)));
           return;
