@@ -26,11 +26,11 @@ export function isCluster(connection) {
 }
 
 // A command that a Cluster sends to the node owning `key`'s slot, whatever iovalkey's command
-// table says of its keys: the ECHO.* commands are not in that table (a Cluster would send them
-// to a random node, which answers MOVED: a round trip more), and keyless ones (TIME,
-// ECHO.QUEUES, SCRIPT LOAD) must be answered by the node that holds the queue: its clock is the
-// one ECHO.LIMITS' held-until-ms is in, its config says whether it promotes the queue, its
-// script cache is the one EVALSHA finds.
+// table says of its keys: the ECHO.* commands are not in that table, nor is XGROUP's key (it
+// follows a subcommand), so a Cluster would send them to a random node, which answers MOVED (a
+// round trip more); and keyless ones (TIME, ECHO.QUEUES, SCRIPT LOAD) must be answered by the
+// node that holds the queue: its clock is the one ECHO.LIMITS' held-until-ms is in, its config
+// says whether it promotes the queue, its script cache is the one EVALSHA finds.
 class OnSlot extends Command {
   constructor(name, args, key) {
     super(name, args, { replyEncoding: "utf8" });

@@ -291,7 +291,8 @@ export class Worker extends EventEmitter {
 
   async #createGroup() {
     try {
-      await this.#conn.xgroup("CREATE", this.#keys.pending, GROUP, "0", "MKSTREAM");
+      // XGROUP has no key in iovalkey's command table (its key follows a subcommand).
+      await onSlot(this.#conn, this.#keys.pending, "XGROUP", "CREATE", this.#keys.pending, GROUP, "0", "MKSTREAM");
     } catch (e) {
       if (!String(e.message).startsWith("BUSYGROUP")) throw e;
     }
