@@ -405,17 +405,25 @@ export class Worker extends EventEmitter {
       const [cursor, list] = await claim;
       this.#claimCursor = cursor ? String(cursor) : "0-0";
       entriesOf(list, entries);
-      const heldUntil = heldUntilOf(await limits);
-      const now = timeMs(await time);
+      // From here on the entries are this worker's (XAUTOCLAIM restarted their idle time): a
+      // failure no longer leaves them for a lease. The hold is then taken as none, as after a
+      // read (step 2), and the delivery counts are asked again through a failover.
+      let heldUntil = 0;
+      let now = 0;
+      try {
+        heldUntil = heldUntilOf(await limits);
+        now = timeMs(await time);
+      } catch (e) {
+        this.#report(e);
+      }
       this.#busy -= reserved - entries.length;
       reserved = entries.length;
       this.#wakeUp();
       if (entries.length) {
-        const p = conn.pipeline();
-        for (const e of entries) p.xpending(k.pending, GROUP, e.entry, e.entry, 1);
-        const rows = await p.exec();
-        rows.forEach(([err, r], i) => {
-          entries[i].deliveries = !err && r && r.length ? Number(r[0][3]) : 1;
+        const rows = await this.#deliveryCounts(conn, entries);
+        entries.forEach((e, i) => {
+          const [err, r] = rows[i] || [null, null];
+          e.deliveries = !err && r && r.length ? Number(r[0][3]) : 1;
         });
         reserved = 0;
         await this.#begin(entries, heldUntil, now, conn);
@@ -428,6 +436,33 @@ export class Worker extends EventEmitter {
       else {
         this.#report(e);
         this.#reconnect(conn, e);
+      }
+    }
+  }
+
+  // XPENDING of each entry taken over, pipelined: [error, reply] rows. Sent again on a lost
+  // connection or a cluster's redirection (a row of a pipeline the Cluster did not send again
+  // itself) for up to half a lease; when closing meanwhile, no rows: the entries are then only
+  // given back, unrun (#begin), and their counts do not matter.
+  async #deliveryCounts(conn, entries) {
+    const k = this.#keys;
+    let giveUpAt = null;
+    let pause = 0;
+    for (;;) {
+      try {
+        const p = conn.pipeline();
+        for (const e of entries) p.xpending(k.pending, GROUP, e.entry, e.entry, 1);
+        const rows = await p.exec();
+        for (const [err] of rows) if (err && !answered(err)) throw err;
+        return rows;
+      } catch (e) {
+        pause = Math.min(PAUSE_MAX_MS, Math.max(PAUSE_FIRST_MS, pause * 2));
+        giveUpAt ??= Date.now() + this.leaseMs / 2;
+        if (answered(e) || Date.now() + pause > giveUpAt) throw e;
+        this.#report(e);
+        this.#reconnect(conn, e);
+        await this.#waitWake(pause);
+        if (this.#closing) return [];
       }
     }
   }
