@@ -1,6 +1,6 @@
 // Type declarations for echomq (hand-written; the package is plain JavaScript).
 import type { EventEmitter } from "node:events";
-import type { Redis } from "iovalkey";
+import type { Cluster, Redis } from "iovalkey";
 
 /** A job's payload as given to add(): bytes, or a string (stored as UTF-8). */
 export type Payload = Buffer | Uint8Array | string;
@@ -46,8 +46,10 @@ export interface DeadRecord {
 export function newJobId(): string;
 
 export class Queue {
-  constructor(connection: Redis, name: string);
-  readonly connection: Redis;
+  /** A Redis connection to one server, or a Cluster: every key of the queue has the hash tag
+   * `{name}`, so all of the queue lives on one slot. */
+  constructor(connection: Redis | Cluster, name: string);
+  readonly connection: Redis | Cluster;
   readonly name: string;
   readonly keys: {
     readonly schedule: string;
@@ -79,6 +81,9 @@ export interface Job {
   readonly payload: Buffer;
   /** 1 on the first run, n + 1 after n failures. */
   readonly attempt: number;
+  /** The pending entry that delivered this run, for logs (the stream entry id the worker read
+   * or claimed, e.g. "1796129508963-0"). */
+  readonly entryId: string;
 }
 
 export type Handler = (job: Job) => unknown | Promise<unknown>;

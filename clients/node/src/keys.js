@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { Command } from "iovalkey";
 
 // The six keys of a queue, under one hash tag so a cluster keeps them on one slot.
 export function queueKeys(name) {
@@ -19,6 +20,37 @@ export function timeMs(reply) {
   return Number(reply[0]) * 1000 + Math.floor(Number(reply[1]) / 1000);
 }
 
+// An iovalkey Cluster (not a Redis connection to one server).
+export function isCluster(connection) {
+  return Boolean(connection && connection.isCluster);
+}
+
+// A command that a Cluster sends to the node owning `key`'s slot, whatever iovalkey's command
+// table says of its keys: the ECHO.* commands are not in that table, nor is XGROUP's key (it
+// follows a subcommand), so a Cluster would send them to a random node, which answers MOVED (a
+// round trip more); and keyless ones (TIME, ECHO.QUEUES, SCRIPT LOAD) must be answered by the
+// node that holds the queue: its clock is the one ECHO.LIMITS' held-until-ms is in, its config
+// says whether it promotes the queue, its script cache is the one EVALSHA finds.
+class OnSlot extends Command {
+  constructor(name, args, key) {
+    super(name, args, { replyEncoding: "utf8" });
+    this.routingKey = key;
+  }
+
+  getKeys() {
+    return [this.routingKey];
+  }
+}
+
+// `name args...` on the node of `key`'s slot (on a Redis connection, its one server), the reply
+// as call() gives it.
+export function onSlot(connection, key, name, ...args) {
+  if (!isCluster(connection)) return connection.call(name, ...args);
+  return connection.sendCommand(new OnSlot(name, args, key));
+}
+
+const NOSCRIPT = /^NOSCRIPT|^Too many Cluster redirections\. Last error: ReplyError: NOSCRIPT/;
+
 // A script run with EVALSHA, loaded with EVAL when the server does not know it yet.
 export class Script {
   constructor(lua, keyCount) {
@@ -27,16 +59,20 @@ export class Script {
     this.sha = createHash("sha1").update(lua).digest("hex");
   }
 
-  // Loads the script (before a pipeline of EVALSHAs, so they do not each fall back to EVAL).
-  async load(connection) {
-    await connection.script("LOAD", this.lua);
+  // Loads the script (before a pipeline of EVALSHAs, so they do not each fall back to EVAL)
+  // into the cache of the node that owns `key` (on a Cluster, SCRIPT LOAD has no key).
+  async load(connection, key) {
+    await onSlot(connection, key, "SCRIPT", "LOAD", this.lua);
   }
 
   async run(connection, keys, args) {
     try {
       return await connection.evalsha(this.sha, this.keyCount, ...keys, ...args);
     } catch (e) {
-      if (!String(e && e.message).startsWith("NOSCRIPT")) throw e;
+      // A Cluster that gave up redirecting wraps the last reply: "Too many Cluster
+      // redirections. Last error: ReplyError: NOSCRIPT ..." (the slot's new owner, after a
+      // failover or a migration, has not cached the script yet); EVAL is a new command.
+      if (!NOSCRIPT.test(String(e && e.message))) throw e;
       return connection.eval(this.lua, this.keyCount, ...keys, ...args);
     }
   }

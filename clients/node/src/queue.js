@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { Script, queueKeys, timeMs } from "./keys.js";
+import { Script, onSlot, queueKeys, timeMs } from "./keys.js";
 import { ADD_BATCH, GROUP, MAX_DELAY_MS, SCRIPTS } from "./protocol.js";
 
 // add() with an id given by the caller: nothing happens while a job with that id exists.
@@ -63,8 +63,10 @@ export async function replies(pipeline) {
 
 export class Queue {
   constructor(connection, name) {
-    if (!connection || typeof connection.multi !== "function") {
-      throw new TypeError("a Queue needs an iovalkey Redis connection");
+    // A Redis (one server) or a Cluster: every key of the queue has the hash tag {name}, so
+    // every command, transaction, pipeline and script of the queue runs on that one slot.
+    if (!connection || typeof connection.multi !== "function" || typeof connection.sendCommand !== "function") {
+      throw new TypeError("a Queue needs an iovalkey Redis or Cluster connection");
     }
     this.connection = connection;
     this.name = name;
@@ -98,7 +100,7 @@ export class Queue {
       if (given.length !== list.length) {
         throw new RangeError(`addMany needs one id per payload: ${given.length} ids, ${list.length} payloads`);
       }
-      await ADD_WITH_ID.load(this.connection);
+      await ADD_WITH_ID.load(this.connection, k.jobs);
       // Every script is written at once: they travel pipelined.
       const delay = String(delayMs);
       await Promise.all(given.map((id, i) =>
@@ -124,7 +126,8 @@ export class Queue {
 
   async counts() {
     const k = this.keys;
-    const now = timeMs(await this.connection.time());
+    // The clock of the node that holds the queue: its own now is what the schedule's due is.
+    const now = timeMs(await onSlot(this.connection, k.schedule, "TIME"));
     const p = this.connection.pipeline()
       .zcard(k.schedule)
       .zcount(k.schedule, "-inf", now)

@@ -1,7 +1,7 @@
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { Script, timeMs } from "./keys.js";
+import { Script, isCluster, onSlot, timeMs } from "./keys.js";
 import { DEFAULTS as PROTOCOL_DEFAULTS, GROUP, MAX_ERROR_BYTES, MAX_HOLD_MS, PROMOTE_LIMIT, SCRIPTS, SUCCESS_BATCH } from "./protocol.js";
 
 // What a handler throws when the dependency answered 429 or 503 with a Retry-After: the
@@ -49,20 +49,38 @@ const HAND_BACK = new Script(SCRIPTS.handBack, 1);
 // EXECABORT), and every write of the protocol is safe to resend.
 const STALE = /^(READONLY|UNBLOCKED|MASTERDOWN|LOADING)\b/;
 const RECONNECT_EVERY_MS = 1000;
+// What a Valkey Cluster answers while a slot moves or the cluster heals, not a refusal of the
+// command: the slot is elsewhere (MOVED) or half moved (ASK, TRYAGAIN for keys on both sides),
+// or the cluster has lost its majority or a slot's owner (CLUSTERDOWN). iovalkey's Cluster
+// follows and retries these itself (maxRedirections, retryDelayOnTryAgain,
+// retryDelayOnClusterDown); one reaches the worker only when those options turn that off, or
+// from inside a pipeline whose replies differ, and it wrote nothing: sent again, it goes to the
+// slot's owner. (Redirected too often, a command fails with a plain Error, "Too many Cluster
+// redirections", which is not an answer either.)
+const MOVING = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/;
+
+function refusedFor(e, pattern) {
+  if (!e || e.name !== "ReplyError") return false;
+  if (pattern.test(String(e.message))) return true;
+  // A transaction refused at EXEC for a command refused while queued.
+  return Array.isArray(e.previousErrors) && e.previousErrors.some((p) => pattern.test(String(p && p.message)));
+}
 
 function stale(e) {
-  if (!e || e.name !== "ReplyError") return false;
-  if (STALE.test(String(e.message))) return true;
-  // A transaction refused at EXEC for a command refused while queued.
-  return Array.isArray(e.previousErrors) && e.previousErrors.some((p) => STALE.test(String(p && p.message)));
+  return refusedFor(e, STALE);
 }
 
 // The server answered (and refused): sending again would not help, unless the refusal was
-// where the connection leads (stale). Anything else (a lost connection, a command rejected
-// before it was sent) may go well the next time.
+// where the connection leads (stale) or the cluster's moving slots. Anything else (a lost
+// connection, a command rejected before it was sent) may go well the next time.
 function answered(e) {
-  return Boolean(e) && e.name === "ReplyError" && !stale(e);
+  return Boolean(e) && e.name === "ReplyError" && !stale(e) && !refusedFor(e, MOVING);
 }
+
+// A failed wait for a transient failure: sent again after PAUSE_FIRST_MS, doubling up to
+// PAUSE_MAX_MS.
+const PAUSE_FIRST_MS = 50;
+const PAUSE_MAX_MS = 1000;
 
 function positiveInteger(options, name, min) {
   const v = options[name];
@@ -173,15 +191,19 @@ export class Worker extends EventEmitter {
     const onTerm = () => { this.close(); };
     process.on("SIGTERM", onTerm);
     try {
-      this.#reader = this.#conn.duplicate();
+      // A Cluster's duplicate is a second Cluster client, with connections of its own to the
+      // nodes. Its reads go to the primaries whatever the caller's scaleReads: a replica behind
+      // the primary would answer the HMGET of a payload just delivered with nothing, and the
+      // worker would drop the job as removed.
+      this.#reader = isCluster(this.#conn) ? this.#conn.duplicate([], { scaleReads: "master" }) : this.#conn.duplicate();
       this.#reader.on("error", (e) => this.#report(e));
       this.#reader.on("ready", () => { this.#readerId = null; }); // a new connection, a new id
       // A policy the server refuses would make every failure's ECHO.RETRY fail after the
       // entry is acknowledged: refused here instead, in the server's words (ECHO.DELAY
       // checks it as ECHO.RETRY does and writes nothing).
-      await this.#conn.call("ECHO.DELAY", this.backoff, 1);
-      // Loaded once here: the first outcomes do not each fall back to EVAL.
-      for (const script of [SUCCESS, FAIL, HAND_BACK]) await script.load(this.#conn);
+      await onSlot(this.#conn, this.#keys.schedule, "ECHO.DELAY", this.backoff, 1);
+      // Loaded once here, on the queue's node: the first outcomes do not each fall back to EVAL.
+      for (const script of [SUCCESS, FAIL, HAND_BACK]) await script.load(this.#conn, this.#keys.pending);
       await this.#createGroup();
       await this.#checkQueues();
       if (!this.#closing) {
@@ -210,8 +232,12 @@ export class Worker extends EventEmitter {
     if (!this.#closing) {
       this.#closing = true;
       this.#wakeUp();
-      // A read blocked in the server comes back at once (at worst, after its BLOCK).
-      if (this.#readerId !== null) {
+      // A read blocked in the server comes back at once (at worst, after its BLOCK). Not on a
+      // Cluster: a client id is a node's, and which node the reader's connection reached is the
+      // reader's own slot map, which may differ from this connection's while a slot moves, so
+      // the UNBLOCK could end another client's wait on another node; the read ends after its
+      // BLOCK (at most 1 s) instead.
+      if (this.#readerId !== null && !isCluster(this.#conn)) {
         this.#conn.client("UNBLOCK", this.#readerId, "TIMEOUT").catch(() => {});
       }
     }
@@ -221,8 +247,10 @@ export class Worker extends EventEmitter {
   // Reconnects a connection a stale refusal came on (the caller's connection too: it is
   // reconnected, never closed for good), at most once a second each, only while it is up.
   // Commands sent meanwhile wait in the client's offline queue for the new connection.
+  // A Cluster is left alone: its nodes answer MOVED rather than READONLY, it follows that and
+  // refreshes its slots itself, and disconnect(true) would drop its connections to every node.
   #reconnect(conn, e) {
-    if (!stale(e) || !conn || conn.status !== "ready") return;
+    if (!stale(e) || !conn || isCluster(conn) || conn.status !== "ready") return;
     const now = Date.now();
     if (now - (this.#reconnectedAt.get(conn) ?? 0) < RECONNECT_EVERY_MS) return;
     this.#reconnectedAt.set(conn, now);
@@ -263,7 +291,8 @@ export class Worker extends EventEmitter {
 
   async #createGroup() {
     try {
-      await this.#conn.xgroup("CREATE", this.#keys.pending, GROUP, "0", "MKSTREAM");
+      // XGROUP has no key in iovalkey's command table (its key follows a subcommand).
+      await onSlot(this.#conn, this.#keys.pending, "XGROUP", "CREATE", this.#keys.pending, GROUP, "0", "MKSTREAM");
     } catch (e) {
       if (!String(e.message).startsWith("BUSYGROUP")) throw e;
     }
@@ -271,7 +300,8 @@ export class Worker extends EventEmitter {
 
   async #checkQueues() {
     try {
-      const pairs = await this.#conn.call("ECHO.QUEUES");
+      // The node that owns the queue's slot is the one whose timer would promote it.
+      const pairs = await onSlot(this.#conn, this.#keys.schedule, "ECHO.QUEUES");
       const k = this.#keys;
       this.#selfPromote = !pairs.some((p) => String(p[0]) === k.schedule && String(p[1]) === k.pending);
     } catch (e) {
@@ -283,6 +313,7 @@ export class Worker extends EventEmitter {
   async #readLoop() {
     const k = this.#keys;
     this.#nextTakeOver = 0;
+    let readPause = 0; // after a transient failure of the last read
     while (!this.#closing) {
       const free = this.concurrency - this.#busy;
       if (free <= 0 || this.#holdsUnsent > 0) {
@@ -293,7 +324,7 @@ export class Worker extends EventEmitter {
         // Step 7, between reads on this connection (a takeover must not wait for a
         // blocked read, nor overfill the slots beside it).
         this.#nextTakeOver = Date.now() + this.leaseMs / 2;
-        if (this.#readerId === null) {
+        if (this.#readerId === null && !isCluster(this.#reader)) {
           await this.#reader.client("ID").then((id) => { this.#readerId = id; }, (e) => this.#report(e));
         }
         await this.#takeOver(this.#reader);
@@ -305,18 +336,20 @@ export class Worker extends EventEmitter {
       let now = 0;
       const reader = this.#reader;
       try {
-        if (this.#readerId === null) this.#readerId = await reader.client("ID");
+        if (this.#readerId === null && !isCluster(reader)) this.#readerId = await reader.client("ID");
         const selfPromote = this.#selfPromote;
         // Back in time for the next takeover.
         const block = Math.max(1, Math.min(selfPromote ? BLOCK_SELF_PROMOTING_MS : BLOCK_SERVER_PROMOTING_MS,
           Math.ceil(this.#nextTakeOver - Date.now())));
+        // On a Cluster all four go to the queue's node, so they travel one after the other on
+        // one connection as on a single server, and TIME is the clock held-until-ms is in.
         const promote = selfPromote
-          ? reader.call("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", PROMOTE_LIMIT)
+          ? onSlot(reader, k.schedule, "ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", PROMOTE_LIMIT)
           : null;
         const read = reader.xreadgroup("GROUP", GROUP, this.consumer, "COUNT", free, "BLOCK", block,
           "STREAMS", k.pending, ">");
-        const limits = reader.call("ECHO.LIMITS", k.schedule);
-        const time = reader.time();
+        const limits = onSlot(reader, k.schedule, "ECHO.LIMITS", k.schedule);
+        const time = onSlot(reader, k.schedule, "TIME");
         // Each reply is awaited below only if the read succeeds: none may go unhandled.
         if (promote) promote.catch((e) => this.#report(e));
         limits.catch(ignore);
@@ -337,10 +370,16 @@ export class Worker extends EventEmitter {
           this.#report(e);
           this.#readerId = null;
           this.#reconnect(reader, e);
-          await this.#waitWake(ERROR_PAUSE_MS);
+          // A read cut by a failover (UNBLOCKED on the old primary at a CLUSTER FAILOVER, a
+          // lost connection, MOVED or TRYAGAIN redirected too often) is read again soon, every
+          // time later, so the queue goes on as soon as the new owner answers; a refusal (the
+          // server answered) waits a second, not to spin on it.
+          readPause = answered(e) ? ERROR_PAUSE_MS : Math.min(PAUSE_MAX_MS, Math.max(PAUSE_FIRST_MS, readPause * 2));
+          await this.#waitWake(readPause);
         }
         continue;
       }
+      readPause = 0;
       this.#busy -= free - entries.length;
       if (entries.length) await this.#begin(entries, heldUntil, now, reader);
     }
@@ -359,24 +398,32 @@ export class Worker extends EventEmitter {
       // cursor reaches an old entry behind many live ones.
       const claim = conn.xautoclaim(k.pending, GROUP, this.consumer, this.leaseMs, this.#claimCursor,
         "COUNT", free);
-      const limits = conn.call("ECHO.LIMITS", k.schedule);
-      const time = conn.time();
+      const limits = onSlot(conn, k.schedule, "ECHO.LIMITS", k.schedule);
+      const time = onSlot(conn, k.schedule, "TIME");
       limits.catch(ignore);
       time.catch(ignore);
       const [cursor, list] = await claim;
       this.#claimCursor = cursor ? String(cursor) : "0-0";
       entriesOf(list, entries);
-      const heldUntil = heldUntilOf(await limits);
-      const now = timeMs(await time);
+      // From here on the entries are this worker's (XAUTOCLAIM restarted their idle time): a
+      // failure no longer leaves them for a lease. The hold is then taken as none, as after a
+      // read (step 2), and the delivery counts are asked again through a failover.
+      let heldUntil = 0;
+      let now = 0;
+      try {
+        heldUntil = heldUntilOf(await limits);
+        now = timeMs(await time);
+      } catch (e) {
+        this.#report(e);
+      }
       this.#busy -= reserved - entries.length;
       reserved = entries.length;
       this.#wakeUp();
       if (entries.length) {
-        const p = conn.pipeline();
-        for (const e of entries) p.xpending(k.pending, GROUP, e.entry, e.entry, 1);
-        const rows = await p.exec();
-        rows.forEach(([err, r], i) => {
-          entries[i].deliveries = !err && r && r.length ? Number(r[0][3]) : 1;
+        const rows = await this.#deliveryCounts(conn, entries);
+        entries.forEach((e, i) => {
+          const [err, r] = rows[i] || [null, null];
+          e.deliveries = !err && r && r.length ? Number(r[0][3]) : 1;
         });
         reserved = 0;
         await this.#begin(entries, heldUntil, now, conn);
@@ -389,6 +436,33 @@ export class Worker extends EventEmitter {
       else {
         this.#report(e);
         this.#reconnect(conn, e);
+      }
+    }
+  }
+
+  // XPENDING of each entry taken over, pipelined: [error, reply] rows. Sent again on a lost
+  // connection or a cluster's redirection (a row of a pipeline the Cluster did not send again
+  // itself) for up to half a lease; when closing meanwhile, no rows: the entries are then only
+  // given back, unrun (#begin), and their counts do not matter.
+  async #deliveryCounts(conn, entries) {
+    const k = this.#keys;
+    let giveUpAt = null;
+    let pause = 0;
+    for (;;) {
+      try {
+        const p = conn.pipeline();
+        for (const e of entries) p.xpending(k.pending, GROUP, e.entry, e.entry, 1);
+        const rows = await p.exec();
+        for (const [err] of rows) if (err && !answered(err)) throw err;
+        return rows;
+      } catch (e) {
+        pause = Math.min(PAUSE_MAX_MS, Math.max(PAUSE_FIRST_MS, pause * 2));
+        giveUpAt ??= Date.now() + this.leaseMs / 2;
+        if (answered(e) || Date.now() + pause > giveUpAt) throw e;
+        this.#report(e);
+        this.#reconnect(conn, e);
+        await this.#waitWake(pause);
+        if (this.#closing) return [];
       }
     }
   }
@@ -406,50 +480,69 @@ export class Worker extends EventEmitter {
   async #begin(entries, heldUntil, now, conn) {
     const k = this.#keys;
     for (const e of entries) this.#inHand.set(e.entry, e.job);
-    try {
-      while (heldUntil > now && !this.#closing) {
-        // Looked at again now and then: a hold may be lifted (ECHO.HOLD ms=0) or renewed.
-        await this.#waitWake(Math.min(heldUntil - now, HOLD_RECHECK_MS));
-        if (this.#closing) break;
-        const [limits, time] = await Promise.all([conn.call("ECHO.LIMITS", k.schedule), conn.time()]);
-        heldUntil = heldUntilOf(limits);
-        now = timeMs(time);
-      }
-      if (this.#closing) {
-        await this.#giveBack(entries);
+    // Nothing below has started a handler before its last await, so a try that failed on the
+    // way (a lost connection, a failover or a slot moving under it) is made again, the
+    // entries' leases renewed meanwhile, for up to half a lease from the first failure (not
+    // from the start: a hold may have been waited out before): past that, their lease may run
+    // out while the cluster heals, and another worker may take them over; they are then left to
+    // that takeover.
+    let giveUpAt = null;
+    let pause = 0;
+    for (;;) {
+      try {
+        while (heldUntil > now && !this.#closing) {
+          // Looked at again now and then: a hold may be lifted (ECHO.HOLD ms=0) or renewed.
+          await this.#waitWake(Math.min(heldUntil - now, HOLD_RECHECK_MS));
+          if (this.#closing) break;
+          const [limits, time] = await Promise.all([onSlot(conn, k.schedule, "ECHO.LIMITS", k.schedule),
+            onSlot(conn, k.schedule, "TIME")]);
+          heldUntil = heldUntilOf(limits);
+          now = timeMs(time);
+        }
+        if (this.#closing) {
+          await this.#giveBack(entries);
+          return;
+        }
+        const ids = [];
+        for (const e of entries) if (e.job !== null) ids.push(e.job);
+        let payloads = [];
+        let attempts = [];
+        if (ids.length) {
+          [payloads, attempts] = await Promise.all([
+            conn.hmgetBuffer(k.jobs, ...ids),
+            conn.hmget(k.attempts, ...ids),
+          ]);
+        }
+        let i = 0;
+        for (const e of entries) {
+          if (e.job === null) {
+            this.#drop(e.entry);
+            continue;
+          }
+          const payload = payloads[i];
+          const attempt = (attempts[i] === null ? 0 : Number(attempts[i])) + 1;
+          i++;
+          if (payload === null) {
+            this.#drop(e.entry); // removed: acknowledged, nothing runs
+          } else if (e.deliveries > this.maxDeliveries) {
+            this.#settle(e.entry, e.job, attempt, new Error(`delivered ${e.deliveries} times without an outcome`));
+          } else {
+            this.#start(e.entry, e.job, payload, attempt);
+          }
+        }
         return;
-      }
-      const ids = [];
-      for (const e of entries) if (e.job !== null) ids.push(e.job);
-      let payloads = [];
-      let attempts = [];
-      if (ids.length) {
-        [payloads, attempts] = await Promise.all([
-          conn.hmgetBuffer(k.jobs, ...ids),
-          conn.hmget(k.attempts, ...ids),
-        ]);
-      }
-      let i = 0;
-      for (const e of entries) {
-        if (e.job === null) {
-          this.#drop(e.entry);
-          continue;
+      } catch (err) {
+        this.#report(err);
+        this.#reconnect(conn, err);
+        pause = Math.min(PAUSE_MAX_MS, Math.max(PAUSE_FIRST_MS, pause * 2));
+        giveUpAt ??= Date.now() + this.leaseMs / 2;
+        if (answered(err) || Date.now() + pause > giveUpAt) {
+          this.#release(entries.filter((e) => this.#inHand.has(e.entry)));
+          return;
         }
-        const payload = payloads[i];
-        const attempt = (attempts[i] === null ? 0 : Number(attempts[i])) + 1;
-        i++;
-        if (payload === null) {
-          this.#drop(e.entry); // removed: acknowledged, nothing runs
-        } else if (e.deliveries > this.maxDeliveries) {
-          this.#settle(e.entry, e.job, attempt, new Error(`delivered ${e.deliveries} times without an outcome`));
-        } else {
-          this.#start(e.entry, e.job, payload, attempt);
-        }
+        // close() wakes this wait: the next try gives the entries back.
+        await this.#waitWake(pause);
       }
-    } catch (err) {
-      this.#report(err);
-      this.#reconnect(conn, err);
-      this.#release(entries.filter((e) => this.#inHand.has(e.entry)));
     }
   }
 
@@ -467,7 +560,9 @@ export class Worker extends EventEmitter {
   #start(entry, id, payload, attempt) {
     let result;
     try {
-      result = this.#handler({ id, payload, attempt });
+      // entryId: the pending entry that delivered this run, for logs (a job's later runs, and a
+      // run taken over, come from other entries).
+      result = this.#handler({ id, payload, attempt, entryId: entry });
     } catch (err) {
       this.#settle(entry, id, attempt, err === null || err === undefined ? new Error(String(err)) : err);
       return;
@@ -584,7 +679,14 @@ export class Worker extends EventEmitter {
       const multi = this.#conn.multi().xack(k.pending, GROUP, ...dropped).xdel(k.pending, ...dropped);
       sent(multi.exec().then((result) => {
         if (!result) this.#report(new Error("an outcome transaction was aborted"));
-        else for (const [e] of result) if (e) this.#report(e);
+        else {
+          for (const [e] of result) {
+            // A Cluster hands back MOVED, ASK or TRYAGAIN inside the replies when it could not
+            // send the transaction again itself: not applied, so sent again.
+            if (e && !answered(e)) throw e;
+          }
+          for (const [e] of result) if (e) this.#report(e);
+        }
       }), dropped, () => this.#dropped.push(...dropped));
     }
     const keys = [k.schedule, k.pending, k.dead, k.attempts, k.errors, k.jobs];

@@ -4,14 +4,21 @@
 //   crossworker work --url URL --queue NAME [--done KEY] [--fail MSG] [--sleep-ms MS]
 //                    [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
 //                    [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
-//   crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
-//   crossworker dead --url URL --queue NAME
-//   crossworker requeue --url URL --queue NAME --id ID
-//   crossworker purge --url URL --queue NAME [--older-than-ms MS]
+//                    [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
+//                    [--crash-on ID] [--log-takes] [--jobs N] [--deadline-secs S]
+//   crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--cluster]
+//   crossworker dead --url URL --queue NAME [--cluster]
+//   crossworker requeue --url URL --queue NAME --id ID [--cluster]
+//   crossworker purge --url URL --queue NAME [--older-than-ms MS] [--cluster]
+//
+// --cluster: --url is one seed node, or several comma-separated, of a Valkey Cluster, and every
+// connection is an iovalkey Cluster. `work` prints `ready` once the group exists, with
+// --log-takes `took <entry-id> <job-id> <attempt>` as each run starts, and, on every exit that is
+// not a crash, `summary {"runs":R,"max_concurrent":C}`; --deadline-secs exits 2 after it.
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
-import Redis from "iovalkey";
-import { Queue, Worker } from "../index.js";
+import Redis, { Cluster } from "iovalkey";
+import { Queue, RetryAfter, Worker } from "../index.js";
 
 const USAGE = "usage: crossworker.mjs work|add|dead|requeue|purge --url URL --queue NAME [options]";
 
@@ -22,26 +29,114 @@ function int(values, name, dflt) {
   return v;
 }
 
+// A launcher may stop reading once it has seen `ready` (clients/tests' Worker::start drops the
+// pipe): a later line (a took line, the summary) then has no reader, and EPIPE is no reason to
+// fail the work; the line is dropped.
+process.stdout.on("error", (e) => {
+  if (e.code !== "EPIPE") throw e;
+});
+
 function write(line) {
-  return new Promise((r) => process.stdout.write(line + "\n", r));
+  return new Promise((r) => process.stdout.write(line + "\n", () => r()));
+}
+
+// --cluster's seed nodes: each a URL as --url takes (redis://host:port, rediss:// for TLS, with
+// an optional user and password), or a bare host:port.
+function clusterOf(url) {
+  const seeds = [];
+  let redisOptions = {};
+  for (const part of url.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const u = new URL(part.includes("://") ? part : `redis://${part}`);
+    seeds.push({ host: u.hostname, port: Number(u.port || 6379) });
+    // The credentials and TLS are one for the whole cluster: the first seed's.
+    if (seeds.length === 1) {
+      if (u.username) redisOptions.username = decodeURIComponent(u.username);
+      if (u.password) redisOptions.password = decodeURIComponent(u.password);
+      if (u.protocol === "rediss:") redisOptions.tls = {};
+    }
+  }
+  if (!seeds.length) throw new Error(`--url: no seed node in '${url}'`);
+  return new Cluster(seeds, { redisOptions });
+}
+
+// What a failover or a slot migration answers for a while, not a refusal of the command: a
+// connection lost or not made yet (any error that is not a server's reply), the old primary now
+// a replica (READONLY), a server loading its data or cut from its primary, a cluster without a
+// majority or a slot mid-move. MOVED and ASK are followed by the cluster client itself; one
+// redirected too often comes back as a plain Error ("Too many Cluster redirections").
+const TRANSIENT = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN)\b/;
+const SIDE_RETRY_FIRST_MS = 50;
+const SIDE_RETRY_MAX_MS = 1000;
+const SIDE_RETRY_FOR_MS = 30000;
+
+// The handler's own writes, sent again through a failover for up to 30 s, so that a failover
+// does not turn into a job failure (a failure would cost an attempt the test does not expect).
+async function retried(send) {
+  const giveUpAt = Date.now() + SIDE_RETRY_FOR_MS;
+  let pause = SIDE_RETRY_FIRST_MS;
+  for (;;) {
+    try {
+      return await send();
+    } catch (e) {
+      const transient = e && (e.name !== "ReplyError" || TRANSIENT.test(String(e.message)));
+      if (!transient || Date.now() + pause > giveUpAt) throw e;
+      await sleep(pause);
+      pause = Math.min(SIDE_RETRY_MAX_MS, pause * 2);
+    }
+  }
+}
+
+// The digits an id ends in (job-7: 7), or null.
+function trailingNumber(id) {
+  const m = /(\d+)$/.exec(id);
+  return m ? Number(m[1]) : null;
 }
 
 async function work(values, connection, queue) {
   const sleepMs = int(values, "sleep-ms", 0);
+  const failFirst = int(values, "fail-first", undefined);
+  const overloadEvery = int(values, "overload-every", undefined);
+  const retryAfterMs = int(values, "retry-after-ms", 1000);
+  const jobs = int(values, "jobs", undefined);
+  const deadlineSecs = int(values, "deadline-secs", 0);
+  if (jobs !== undefined && !values.done) throw new Error("--jobs needs --done KEY");
+  if (overloadEvery === 0) throw new Error("--overload-every: K is an integer >= 1");
   // The handler's own writes. Behind a primary endpoint a failover leaves this connection on
   // the old primary, now a replica: a write it refuses (READONLY, nothing written) is sent
-  // again on a new connection, which the endpoint leads to the new primary.
-  const side = connection.duplicate({ reconnectOnError: (e) => (/^READONLY/.test(e.message) ? 2 : false) });
+  // again on a new connection, which the endpoint leads to the new primary. A Cluster's
+  // duplicate is a second cluster client, which follows the slots itself.
+  const side = values.cluster
+    ? connection.duplicate()
+    : connection.duplicate({ reconnectOnError: (e) => (/^READONLY/.test(e.message) ? 2 : false) });
   // A restart of the server resets every connection; ioredis reconnects
   // them, and without a listener would print each reset as unhandled.
   side.on("error", () => {});
+  let runs = 0;
+  let running = 0;
+  let maxConcurrent = 0;
+  const summary = () => write(`summary ${JSON.stringify({ runs, max_concurrent: maxConcurrent })}`);
   const worker = new Worker(queue, async (job) => {
-    if (values.started) await side.rpush(values.started, job.id);
-    // A job that kills whatever runs it: this process dies as under SIGKILL.
-    if (values.crash) process.kill(process.pid, "SIGKILL");
-    if (sleepMs > 0) await sleep(sleepMs);
-    if (values.fail !== undefined) throw new Error(values.fail);
-    if (values.done) await side.hincrby(values.done, job.id, 1);
+    runs++;
+    running++;
+    maxConcurrent = Math.max(maxConcurrent, running);
+    try {
+      if (values["log-takes"]) await write(`took ${job.entryId} ${job.id} ${job.attempt}`);
+      if (values.started) await retried(() => side.rpush(values.started, job.id));
+      // A job that kills whatever runs it: this process dies as under SIGKILL.
+      if (values.crash || (values["crash-on"] !== undefined && job.id === values["crash-on"])) {
+        process.kill(process.pid, "SIGKILL");
+      }
+      if (sleepMs > 0) await sleep(sleepMs);
+      if (overloadEvery !== undefined && job.attempt % overloadEvery === 0) throw new RetryAfter(retryAfterMs);
+      if (failFirst !== undefined) {
+        const i = trailingNumber(job.id);
+        if (i !== null && job.attempt <= i % (failFirst + 1)) throw new Error("planned failure");
+      }
+      if (values.fail !== undefined) throw new Error(values.fail);
+      if (values.done) await retried(() => side.hincrby(values.done, job.id, 1));
+    } finally {
+      running--;
+    }
   }, {
     concurrency: int(values, "concurrency", undefined),
     leaseMs: int(values, "lease-ms", undefined),
@@ -52,8 +147,39 @@ async function work(values, connection, queue) {
   });
   worker.on("error", (e) => console.error(`crossworker: ${e.message}`));
   worker.once("ready", () => { write("ready"); });
-  await worker.run();
-  side.disconnect();
+  const timers = [];
+  if (deadlineSecs > 0) {
+    const t = setTimeout(() => { summary().then(() => process.exit(2)); }, deadlineSecs * 1000);
+    t.unref();
+    timers.push(t);
+  }
+  if (jobs !== undefined) {
+    // Done or dead: either way the job has its outcome. A failed poll (a failover) is only
+    // tried again at the next one.
+    const dead = queue.keys.dead;
+    let polling = false;
+    const t = setInterval(async () => {
+      if (polling) return;
+      polling = true;
+      try {
+        const [done, gone] = await Promise.all([side.hlen(values.done), side.zcard(dead)]);
+        if (Number(done) + Number(gone) >= jobs) worker.close();
+      } catch {
+        // next poll
+      } finally {
+        polling = false;
+      }
+    }, 50);
+    t.unref();
+    timers.push(t);
+  }
+  try {
+    await worker.run();
+  } finally {
+    for (const t of timers) clearTimeout(t);
+    await summary();
+    side.disconnect();
+  }
 }
 
 async function add(values, queue) {
@@ -114,6 +240,14 @@ async function main() {
       "shutdown-timeout-ms": { type: "string" },
       started: { type: "string" },
       crash: { type: "boolean" },
+      cluster: { type: "boolean" },
+      "fail-first": { type: "string" },
+      "overload-every": { type: "string" },
+      "retry-after-ms": { type: "string" },
+      "crash-on": { type: "string" },
+      "log-takes": { type: "boolean" },
+      jobs: { type: "string" },
+      "deadline-secs": { type: "string" },
       count: { type: "string" },
       "id-prefix": { type: "string" },
       "delay-ms": { type: "string" },
@@ -130,7 +264,7 @@ async function main() {
     purge: () => purge(values, queue),
   };
   if (!Object.hasOwn(commands, command) || !values.url || !values.queue) throw new Error(USAGE);
-  const connection = new Redis(values.url);
+  const connection = values.cluster ? clusterOf(values.url) : new Redis(values.url);
   connection.on("error", () => {}); // reconnected by ioredis (see work)
   const queue = new Queue(connection, values.queue);
   try {

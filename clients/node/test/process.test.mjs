@@ -220,3 +220,66 @@ test("an entry delivered more than maxDeliveries times is failed unrun", async (
   assert.equal(record.error, "delivered 4 times without an outcome");
   assert.deepEqual(await queue.counts(), { scheduled: 0, due: 0, pending: 0, inFlight: 0, dead: 1 });
 });
+
+// The options the cross-language cluster tests drive (/work/shared/plan/crossworker-cli.md),
+// on one server: --fail-first's planned failures, --log-takes' lines naming the entry each run
+// came from, --jobs ending the worker once every job has its outcome, and the summary.
+test("crossworker --fail-first, --log-takes, --jobs and the summary", async () => {
+  const client = server.client();
+  const queue = new Queue(client, queueName("plan"));
+  const done = `{${queue.name}}:done`;
+  const added = await cross(["add", "--url", server.url, "--queue", queue.name, "--count", "4", "--id-prefix", "job-"]).exited;
+  assert.equal(added.code, 0, added.stderr);
+  const w = await startWorker(queue, ["--done", done, "--jobs", "4", "--fail-first", "2", "--log-takes",
+    "--backoff", "fixed:0", "--concurrency", "2"]);
+  const end = await w.exited;
+  assert.equal(end.code, 0, end.stderr);
+  const lines = end.stdout.trim().split("\n");
+  const took = lines.filter((l) => l.startsWith("took "));
+  // job-i fails its first i % 3 attempts: job-0 runs once, job-1 twice, job-2 three times, job-3 once.
+  const attempts = {};
+  for (const line of took) {
+    const [, entry, id, attempt] = line.split(" ");
+    assert.match(entry, /^\d+-\d+$/);
+    attempts[id] = [...(attempts[id] || []), Number(attempt)];
+  }
+  assert.deepEqual(attempts, { "job-0": [1], "job-1": [1, 2], "job-2": [1, 2, 3], "job-3": [1] });
+  // Each run came from its own entry: a retry is a new entry of the stream.
+  assert.equal(new Set(took.map((l) => l.split(" ")[1])).size, took.length);
+  const summary = JSON.parse(lines.at(-1).replace(/^summary /, ""));
+  assert.equal(summary.runs, 7);
+  assert.ok(summary.max_concurrent >= 1 && summary.max_concurrent <= 2, lines.at(-1));
+  assert.deepEqual(await client.hgetall(done), { "job-0": "1", "job-1": "1", "job-2": "1", "job-3": "1" });
+  assert.equal((await queue.counts()).inFlight, 0);
+});
+
+test("crossworker --deadline-secs exits 2 with its summary; --overload-every holds the queue", async () => {
+  const client = server.client();
+  const queue = new Queue(client, queueName("deadline"));
+  await queue.add("x", { id: "only" });
+  const w = await startWorker(queue, ["--overload-every", "1", "--retry-after-ms", "60000", "--deadline-secs", "2",
+    "--backoff", "fixed:0"]);
+  const end = await w.exited;
+  assert.equal(end.code, 2, end.stderr);
+  assert.match(end.stdout, /\nsummary \{"runs":1,"max_concurrent":1\}\n$/);
+  // The RetryAfter of attempt 1 held the schedule: the retry waits there, due but not released.
+  const limits = await client.call("ECHO.LIMITS", queue.keys.schedule);
+  const heldUntil = Number(limits[limits.indexOf("held-until-ms") + 1]);
+  assert.ok(heldUntil > Date.now() + 50000, `held until ${heldUntil}`);
+  assert.equal(await client.hget(queue.keys.attempts, "only"), "1");
+});
+
+test("crossworker --crash-on kills the process at that job only", async () => {
+  const client = server.client();
+  const queue = new Queue(client, queueName("crashon"));
+  const started = `{${queue.name}}:started`;
+  await queue.add("a", { id: "fine" });
+  const w = await startWorker(queue, ["--crash-on", "boom", "--started", started, "--done", `{${queue.name}}:done`]);
+  await waitFor(async () => (await client.hget(`{${queue.name}}:done`, "fine")) === "1", "job fine");
+  assert.equal(w.exitCode, null);
+  await queue.add("b", { id: "boom" });
+  const end = await w.exited;
+  assert.equal(end.signal, "SIGKILL");
+  assert.doesNotMatch(end.stdout, /summary/);
+  assert.deepEqual(await client.lrange(started, 0, -1), ["fine", "boom"]);
+});

@@ -131,3 +131,24 @@ test("a worker whose connections are killed reconnects and runs every job", asyn
   await waitFor(async () => (await queue.counts()).inFlight === 0, "every outcome written");
   assert.deepEqual(await queue.counts(), { scheduled: 0, due: 0, pending: 0, inFlight: 0, dead: 0 });
 });
+
+test("job.entryId is the pending entry that delivered the run, a new one for a retry", async () => {
+  const client = server.client();
+  const queue = new Queue(client, queueName("entry"));
+  const seen = []; // [entryId, entries this worker holds in the group during the run]
+  const worker = new Worker(queue, async (job) => {
+    const pending = await client.xpending(queue.keys.pending, "workers", "-", "+", 10);
+    seen.push([job.entryId, pending.map((p) => p[0])]);
+    if (job.attempt === 1) throw new Error("once");
+  }, { backoff: "fixed:0" });
+  const running = worker.run();
+  await queue.add("x", { id: "e1" });
+  await waitFor(() => seen.length === 2, "two runs");
+  await worker.close();
+  await running;
+  for (const [entry, pending] of seen) {
+    assert.match(entry, /^\d+-\d+$/);
+    assert.deepEqual(pending, [entry]);
+  }
+  assert.notEqual(seen[0][0], seen[1][0]);
+});
