@@ -5,6 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
     Script, Value,
@@ -69,7 +72,7 @@ pub struct DeadJob {
 /// A queue: six keys under the hash tag `{name}`.
 #[derive(Clone)]
 pub struct Queue {
-    pub(crate) client: Client,
+    pub(crate) backend: Backend,
     pub(crate) conn: QueueConnection,
     pub(crate) name: String,
     pub(crate) keys: Keys,
@@ -121,59 +124,105 @@ pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
     RedisError::from((ErrorKind::Client, desc, detail))
 }
 
+/// Where a queue's connections lead: one server (or a primary endpoint), or
+/// a Valkey Cluster. Kept by the queue to open the workers' reading
+/// connections and to reconnect.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Single(Client),
+    // Boxed: the cluster client's parameters are large, and a Backend is
+    // kept (and cloned) by every queue and connection.
+    Cluster(Box<ClusterClient>),
+}
+
+/// One open connection of either kind.
+#[derive(Clone)]
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
 /// The queue's connection, for commands of your own
-/// (`redis::AsyncCommands` works on it): a multiplexed connection that
-/// replaces itself when it breaks (the server restarted, the network
-/// dropped), or when the server it leads to says it is not the primary
-/// any more (see [`stale`]). The command that met the broken connection
-/// fails; the next ones go to a new connection. Clones share one connection.
+/// (`redis::AsyncCommands` works on it). Clones share one connection.
+///
+/// On one server: a multiplexed connection that replaces itself when it
+/// breaks (the server restarted, the network dropped), or when the server
+/// it leads to says it is not the primary any more (see [`stale`]). The
+/// command that met the broken connection fails; the next ones go to a new
+/// connection.
+///
+/// On a cluster ([`Queue::on_cluster`]): the redis crate's async cluster
+/// connection, which routes each command by its key, follows `MOVED` and
+/// `ASK` and reconnects to the nodes itself. The commands the library sends
+/// without a key (`TIME`, `ECHO.QUEUES`, `ECHO.DELAY`, `SCRIPT LOAD`) go to
+/// the primary serving the queue's slot (the slot of `{name}`) instead of a
+/// random node (or, for `SCRIPT LOAD`, every node): so a script is loaded
+/// where it is about to run, and the server's clock is the one the queue's
+/// scores are written by. Yours go the same way.
 #[derive(Clone)]
 pub struct QueueConnection {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    client: Client,
+    backend: Backend,
     response_timeout: Duration,
-    current: Mutex<MultiplexedConnection>,
+    current: Mutex<Conn>,
     /// When the last reconnection began: at most one a second.
     last_reconnect: tokio::sync::Mutex<Option<Instant>>,
+    /// The queue's slot, where keyless commands go on a cluster.
+    route: Route,
 }
 
 impl QueueConnection {
-    /// Opens a connection whose replies may take up to `response_timeout`.
+    /// Opens a connection whose replies may take up to `response_timeout`,
+    /// for the queue named `name`.
     pub(crate) async fn open(
-        client: &Client,
+        backend: &Backend,
+        name: &str,
         response_timeout: Duration,
     ) -> RedisResult<QueueConnection> {
-        let conn = connect(client, response_timeout).await?;
+        let conn = connect(backend, response_timeout).await?;
         Ok(QueueConnection::wrap(
-            client.clone(),
+            backend.clone(),
             conn,
+            name,
             response_timeout,
         ))
     }
 
     fn wrap(
-        client: Client,
-        conn: MultiplexedConnection,
+        backend: Backend,
+        conn: Conn,
+        name: &str,
         response_timeout: Duration,
     ) -> QueueConnection {
         QueueConnection {
             shared: Arc::new(Shared {
-                client,
+                backend,
                 response_timeout,
                 current: Mutex::new(conn),
                 last_reconnect: tokio::sync::Mutex::new(None),
+                route: Route::with_key(Keys::new(name).jobs, SlotAddr::Master),
             }),
         }
     }
 
-    fn current(&self) -> MultiplexedConnection {
+    fn current(&self) -> Conn {
         self.shared.current.lock().unwrap().clone()
     }
 
+    /// Whether this connection leads to a cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.backend, Backend::Cluster(_))
+    }
+
     async fn check(&self, result: Result<&[Value], &RedisError>) {
+        // A cluster connection reconnects to each node, and refreshes its
+        // map of the slots after MOVED or READONLY, by itself.
+        if self.is_cluster() {
+            return;
+        }
         let broken = match result {
             Err(e) => e.is_io_error() || e.is_connection_dropped() || stale(e),
             // A pipeline that keeps each reply (`ignore_errors`) hands the
@@ -191,18 +240,46 @@ impl QueueConnection {
             return;
         }
         *last = Some(Instant::now());
-        match connect(&self.shared.client, self.shared.response_timeout).await {
+        match connect(&self.shared.backend, self.shared.response_timeout).await {
             Ok(fresh) => *self.shared.current.lock().unwrap() = fresh,
             Err(e) => eprintln!("echomq-client: reconnecting failed: {e}"),
         }
     }
 }
 
+/// The commands the library sends that name no key: on a cluster they go
+/// to the queue's primary (see [`QueueConnection`]).
+fn keyless(cmd: &Cmd) -> bool {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let Some(name) = args.next() else {
+        return false;
+    };
+    let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
+    if is("SCRIPT") {
+        return args
+            .next()
+            .is_some_and(|sub| sub.eq_ignore_ascii_case(b"LOAD"));
+    }
+    is("TIME") || is("ECHO.QUEUES") || is("ECHO.DELAY")
+}
+
 impl ConnectionLike for QueueConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let mut conn = self.current();
+        let conn = self.current();
         Box::pin(async move {
-            let result = conn.req_packed_command(cmd).await;
+            let result = match conn {
+                Conn::Single(mut conn) => conn.req_packed_command(cmd).await,
+                Conn::Cluster(mut conn) if keyless(cmd) => {
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        self.shared.route,
+                    ));
+                    conn.route_command(cmd.clone(), route).await
+                }
+                Conn::Cluster(mut conn) => conn.req_packed_command(cmd).await,
+            };
             self.check(result.as_ref().map(std::slice::from_ref)).await;
             result
         })
@@ -214,29 +291,49 @@ impl ConnectionLike for QueueConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let mut conn = self.current();
+        let conn = self.current();
         Box::pin(async move {
-            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            // On a cluster a pipeline goes whole to the node of its first
+            // command with a key: every pipeline of the library names a key
+            // of the queue, so its keyless commands (TIME) ride along.
+            let result = match conn {
+                Conn::Single(mut conn) => conn.req_packed_commands(pipeline, offset, count).await,
+                Conn::Cluster(mut conn) => conn.req_packed_commands(pipeline, offset, count).await,
+            };
             self.check(result.as_ref().map(Vec::as_slice)).await;
             result
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.current().get_db()
+        match self.current() {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(_) => 0,
+        }
     }
 }
 
-async fn connect(
-    client: &Client,
-    response_timeout: Duration,
-) -> RedisResult<MultiplexedConnection> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(10)))
-        .set_response_timeout(Some(response_timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
+async fn connect(backend: &Backend, response_timeout: Duration) -> RedisResult<Conn> {
+    match backend {
+        Backend::Single(client) => {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(10)))
+                .set_response_timeout(Some(response_timeout));
+            let conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            Ok(Conn::Single(conn))
+        }
+        Backend::Cluster(client) => {
+            // The per-node timeout only: the client's overall timeout (none
+            // unless its builder set one) is its owner's choice.
+            let config = ClusterConfig::new()
+                .set_connection_timeout(Duration::from_secs(10))
+                .set_response_timeout(response_timeout);
+            let conn = client.get_async_connection_with_config(config).await?;
+            Ok(Conn::Cluster(conn))
+        }
+    }
 }
 
 impl Queue {
@@ -245,8 +342,26 @@ impl Queue {
     /// Commands share one multiplexed connection; each worker opens one
     /// more for its blocking reads.
     pub async fn new(client: Client, name: impl Into<String>) -> RedisResult<Queue> {
-        let conn = QueueConnection::open(&client, RESPONSE_TIMEOUT).await?;
-        Ok(Queue::from_conn(client, conn, name))
+        Queue::open(Backend::Single(client), name).await
+    }
+
+    /// As [`Queue::new`] on a Valkey Cluster: `client` is seeded with one or
+    /// more of its nodes. Every key of the queue has the hash tag `{name}`,
+    /// so all of them live in one slot and every command, transaction and
+    /// script of the queue runs on the primary serving it (found again after
+    /// a failover or a slot migration). Commands share one cluster
+    /// connection; each worker opens one more for its blocking reads. Leave
+    /// the client's response timeout unset, or above the worker's longest
+    /// blocking read (1 s): the reads' connection sets its own per-node
+    /// timeout, but an overall timeout set on the builder applies to it too.
+    pub async fn on_cluster(client: ClusterClient, name: impl Into<String>) -> RedisResult<Queue> {
+        Queue::open(Backend::Cluster(Box::new(client)), name).await
+    }
+
+    async fn open(backend: Backend, name: impl Into<String>) -> RedisResult<Queue> {
+        let name = name.into();
+        let conn = QueueConnection::open(&backend, &name, RESPONSE_TIMEOUT).await?;
+        Ok(Queue::from_conn(backend, conn, name))
     }
 
     /// As [`Queue::new`] with a connection the caller opened (from
@@ -256,15 +371,17 @@ impl Queue {
         conn: MultiplexedConnection,
         name: impl Into<String>,
     ) -> Queue {
-        let conn = QueueConnection::wrap(client.clone(), conn, RESPONSE_TIMEOUT);
-        Queue::from_conn(client, conn, name)
+        let name = name.into();
+        let backend = Backend::Single(client);
+        let conn =
+            QueueConnection::wrap(backend.clone(), Conn::Single(conn), &name, RESPONSE_TIMEOUT);
+        Queue::from_conn(backend, conn, name)
     }
 
-    fn from_conn(client: Client, conn: QueueConnection, name: impl Into<String>) -> Queue {
-        let name = name.into();
+    fn from_conn(backend: Backend, conn: QueueConnection, name: String) -> Queue {
         Queue {
             keys: Keys::new(&name),
-            client,
+            backend,
             conn,
             name,
         }

@@ -26,6 +26,10 @@ pub struct Job {
     pub payload: Vec<u8>,
     /// 1 on the first run, 2 on the first retry, and so on.
     pub attempt: u64,
+    /// The pending entry that delivered this run, for logs: the stream
+    /// entry id this worker read (`XREADGROUP`) or took over (`XAUTOCLAIM`).
+    /// A retry arrives in a new entry, so it differs from run to run.
+    pub entry_id: String,
 }
 
 /// Why a run failed. Any `std::error::Error` converts into `Failed` with its
@@ -242,7 +246,8 @@ impl Worker {
         inner.refresh_queues(&mut conn).await?;
         // The blocking reads' own connection.
         let read_conn = QueueConnection::open(
-            &inner.queue.client,
+            &inner.queue.backend,
+            &inner.queue.name,
             Duration::from_millis(1000) + RESPONSE_TIMEOUT,
         )
         .await?;
@@ -665,6 +670,7 @@ impl Inner {
                     id: id.clone(),
                     payload,
                     attempt,
+                    entry_id: e.entry.clone(),
                 };
                 let outcome = match tokio::spawn((inner.handler)(job)).await {
                     Ok(outcome) => outcome,
