@@ -199,6 +199,7 @@ fn transient(e: &redis::RedisError) -> bool {
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_timeout()
+        || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || matches!(
             e.code(),
             Some("READONLY" | "LOADING" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN")

@@ -10,7 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
-    Script, Value,
+    Script, ServerErrorKind, Value,
 };
 
 use crate::protocol::{ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE};
@@ -118,6 +118,40 @@ pub(crate) fn stale(e: &RedisError) -> bool {
 
 fn stale_code(code: &str) -> bool {
     matches!(code, "READONLY" | "UNBLOCKED" | "MASTERDOWN" | "LOADING")
+}
+
+/// What a cluster answers while a slot changes hands or its primary is
+/// replaced, when the cluster client has given up following it (it follows
+/// `MOVED` and `ASK` and waits out `TRYAGAIN` and `CLUSTERDOWN` a number of
+/// times itself): a slot being migrated (`ASK`, `TRYAGAIN` for a command
+/// whose keys are split between the two nodes), a map of the slots out of
+/// date (`MOVED`), no primary for the slot yet (`CLUSTERDOWN`), no
+/// connection to the node that serves it (the client's
+/// `ClusterConnectionNotFound`), or a script not loaded on the node that now
+/// serves the slot (`NOSCRIPT`: a resent script is loaded there first). The
+/// server refused the command before it ran, so it wrote nothing. A
+/// transaction refused so (a `MULTI` whose queued commands were redirected)
+/// aborts whole, and counts the same.
+pub(crate) fn cluster_transient(e: &RedisError) -> bool {
+    if e.kind() == ErrorKind::ClusterConnectionNotFound || e.code().is_some_and(cluster_code) {
+        return true;
+    }
+    if e.kind() == ErrorKind::Server(ServerErrorKind::ExecAbort) {
+        if let Some(errors) = e.clone().into_server_errors() {
+            return !errors.is_empty()
+                && errors
+                    .iter()
+                    .all(|(_, e)| cluster_code(e.code()) || stale_code(e.code()));
+        }
+    }
+    false
+}
+
+fn cluster_code(code: &str) -> bool {
+    matches!(
+        code,
+        "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "NOSCRIPT"
+    )
 }
 
 pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
@@ -401,29 +435,70 @@ impl Queue {
     /// that id existing, nothing changes and the id is returned.
     pub async fn add(&self, payload: impl AsRef<[u8]>, options: AddOptions) -> RedisResult<String> {
         check_delay(options.delay_ms)?;
+        if let Some(id) = &options.id {
+            check_id(id)?;
+        }
         let mut conn = self.conn.clone();
-        match options.id {
-            Some(id) => {
-                check_id(&id)?;
-                let _: i64 = Script::new(ADD_WITH_ID)
-                    .key(&self.keys.jobs)
-                    .key(&self.keys.pending)
-                    .key(&self.keys.schedule)
-                    .arg(&id)
-                    .arg(payload.as_ref())
-                    .arg(options.delay_ms)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(id)
-            }
-            None => {
-                let id = new_job_id();
-                let mut pipe = redis::pipe();
-                pipe.atomic();
-                self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
-                let replies: Value = pipe.query_async(&mut conn).await?;
-                exec_error(replies)?;
-                Ok(id)
+        if options.id.is_some() || conn.is_cluster() {
+            // On a cluster a job with a new id is added by the script too:
+            // the cluster client sends a command again by itself after a
+            // broken connection, and the script finds the first try's
+            // payload and adds nothing, where a transaction would add the
+            // job's entry twice (and so run it twice).
+            let id = options.id.unwrap_or_else(new_job_id);
+            let payload = payload.as_ref();
+            let delay_ms = options.delay_ms;
+            let _: i64 = self
+                .resent_on_cluster(|| async {
+                    Script::new(ADD_WITH_ID)
+                        .key(&self.keys.jobs)
+                        .key(&self.keys.pending)
+                        .key(&self.keys.schedule)
+                        .arg(&id)
+                        .arg(payload)
+                        .arg(delay_ms)
+                        .invoke_async(&mut self.conn.clone())
+                        .await
+                })
+                .await?;
+            return Ok(id);
+        }
+        let id = new_job_id();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
+        let replies: Value = pipe.query_async(&mut conn).await?;
+        exec_error(replies)?;
+        Ok(id)
+    }
+
+    /// `op`, and on a cluster `op` again while the cluster answers that the
+    /// queue's slot is moving or has no primary yet, or the connection broke
+    /// ([`cluster_transient`]), for up to 30 s, pausing 50 ms doubling to a
+    /// second. Only for what is safe to send twice (the scripts, which check
+    /// before they write). On one server `op` runs once: what it returns is
+    /// the caller's to judge, as ever.
+    async fn resent_on_cluster<T, F, Fut>(&self, mut op: F) -> RedisResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match op().await {
+                Err(e)
+                    if self.conn.is_cluster()
+                        && (cluster_transient(&e)
+                            || e.is_io_error()
+                            || e.is_connection_dropped()
+                            || e.is_timeout())
+                        && Instant::now() + pause < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                result => return result,
             }
         }
     }
@@ -474,6 +549,9 @@ impl Queue {
             }
         }
         let script = Script::new(ADD_WITH_ID);
+        if self.conn.is_cluster() {
+            return self.add_many_on_cluster(&script, &jobs).await;
+        }
         let mut pipe = redis::pipe();
         if jobs.iter().any(|(_, o)| o.id.is_some()) {
             // Loaded before the transactions, so EVALSHA inside them finds it.
@@ -510,6 +588,52 @@ impl Queue {
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         for reply in replies {
             exec_error(reply)?;
+        }
+        Ok(ids)
+    }
+
+    /// [`Queue::add_many_with`] on a cluster: a pipeline per 1,000 jobs,
+    /// each one transaction of the add script per job (a new id too, as in
+    /// [`Queue::add`]), with the script loaded inside it. The cluster client
+    /// sends a pipeline again whole when a reply in it redirects: with one
+    /// transaction per pipeline that resends only what did not run (a
+    /// transaction redirected is aborted whole), and the scripts make a
+    /// resend after a lost reply add nothing twice. The `SCRIPT LOAD` inside
+    /// the `MULTI` goes wherever the transaction goes, so `EVALSHA` finds it
+    /// on a primary that has just taken over, and the `MULTI` keeps an
+    /// `ASKING` in force for the whole transaction while the slot migrates.
+    async fn add_many_on_cluster<P: AsRef<[u8]>>(
+        &self,
+        script: &Script,
+        jobs: &[(P, AddOptions)],
+    ) -> RedisResult<Vec<String>> {
+        let ids: Vec<String> = jobs
+            .iter()
+            .map(|(_, o)| o.id.clone().unwrap_or_else(new_job_id))
+            .collect();
+        for (chunk, chunk_ids) in jobs.chunks(ADD_BATCH).zip(ids.chunks(ADD_BATCH)) {
+            let mut pipe = redis::pipe();
+            pipe.cmd("MULTI").ignore();
+            pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_WITH_ID).ignore();
+            for ((payload, options), id) in chunk.iter().zip(chunk_ids) {
+                pipe.cmd("EVALSHA")
+                    .arg(script.get_hash())
+                    .arg(3)
+                    .arg(&self.keys.jobs)
+                    .arg(&self.keys.pending)
+                    .arg(&self.keys.schedule)
+                    .arg(id)
+                    .arg(payload.as_ref())
+                    .arg(options.delay_ms)
+                    .ignore();
+            }
+            pipe.cmd("EXEC");
+            let replies: Vec<Value> = self
+                .resent_on_cluster(|| async { pipe.query_async(&mut self.conn.clone()).await })
+                .await?;
+            for reply in replies {
+                exec_error(reply)?;
+            }
         }
         Ok(ids)
     }
@@ -618,25 +742,28 @@ impl Queue {
     pub async fn remove(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
-        let (_, _, existed, _, _): (i64, i64, i64, i64, i64) = redis::pipe()
-            .atomic()
-            .cmd("ZREM")
-            .arg(&k.schedule)
-            .arg(id)
-            .cmd("ZREM")
-            .arg(&k.dead)
-            .arg(id)
-            .cmd("HDEL")
-            .arg(&k.jobs)
-            .arg(id)
-            .cmd("HDEL")
-            .arg(&k.attempts)
-            .arg(id)
-            .cmd("HDEL")
-            .arg(&k.errors)
-            .arg(id)
-            .query_async(&mut conn)
-            .await?;
+        // MULTI and EXEC as commands of a plain pipeline, the same on the
+        // wire as an atomic one: on a cluster the client then sees a
+        // redirection of a queued command among the replies and sends the
+        // whole again where it points (the transaction was aborted, so
+        // nothing ran), where an atomic pipeline hands the redirection back
+        // as an aborted transaction, not followed.
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI").ignore();
+        for (key, cmd) in [
+            (&k.schedule, "ZREM"),
+            (&k.dead, "ZREM"),
+            (&k.jobs, "HDEL"),
+            (&k.attempts, "HDEL"),
+            (&k.errors, "HDEL"),
+        ] {
+            pipe.cmd(cmd).arg(key).arg(id).ignore();
+        }
+        pipe.cmd("EXEC");
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let exec = replies.into_iter().next().unwrap_or(Value::Nil);
+        exec_error(exec.clone())?;
+        let (_, _, existed, _, _): (i64, i64, i64, i64, i64) = redis::from_redis_value(exec)?;
         Ok(existed == 1)
     }
 
