@@ -163,9 +163,10 @@ pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
 /// connections and to reconnect.
 #[derive(Clone)]
 pub(crate) enum Backend {
-    Single(Client),
-    // Boxed: the cluster client's parameters are large, and a Backend is
-    // kept (and cloned) by every queue and connection.
+    // Both boxed: either client is a few hundred bytes (how many depends on
+    // the redis features the workspace turns on), and a Backend is kept
+    // (and cloned) by every queue and connection.
+    Single(Box<Client>),
     Cluster(Box<ClusterClient>),
 }
 
@@ -376,7 +377,7 @@ impl Queue {
     /// Commands share one multiplexed connection; each worker opens one
     /// more for its blocking reads.
     pub async fn new(client: Client, name: impl Into<String>) -> RedisResult<Queue> {
-        Queue::open(Backend::Single(client), name).await
+        Queue::open(Backend::Single(Box::new(client)), name).await
     }
 
     /// As [`Queue::new`] on a Valkey Cluster: `client` is seeded with one or
@@ -406,7 +407,7 @@ impl Queue {
         name: impl Into<String>,
     ) -> Queue {
         let name = name.into();
-        let backend = Backend::Single(client);
+        let backend = Backend::Single(Box::new(client));
         let conn =
             QueueConnection::wrap(backend.clone(), Conn::Single(conn), &name, RESPONSE_TIMEOUT);
         Queue::from_conn(backend, conn, name)
