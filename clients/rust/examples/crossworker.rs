@@ -5,10 +5,12 @@
 //! crossworker work --url URL --queue NAME [--done KEY] [--fail MSG] [--sleep-ms MS]
 //!                  [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
 //!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
-//! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D]
-//! crossworker dead --url URL --queue NAME
-//! crossworker requeue --url URL --queue NAME --id ID
-//! crossworker purge --url URL --queue NAME [--older-than-ms MS]
+//!                  [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
+//!                  [--crash-on ID] [--log-takes] [--jobs N] [--deadline-secs S]
+//! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--cluster]
+//! crossworker dead --url URL --queue NAME [--cluster]
+//! crossworker requeue --url URL --queue NAME --id ID [--cluster]
+//! crossworker purge --url URL --queue NAME [--older-than-ms MS] [--cluster]
 //! ```
 //!
 //! `work` runs a worker until SIGTERM (then closes it gracefully and exits
@@ -16,16 +18,38 @@
 //! added; `dead` prints each dead job as a JSON object per line; `requeue`
 //! prints `true` when the job was dead and is pending again (else `false`);
 //! `purge` prints how many dead jobs it removed.
+//!
+//! `--cluster`: `--url` is one seed node, or several comma-separated, of a
+//! Valkey Cluster, and the queue (with the handler's own writes) goes
+//! through `redis::cluster::ClusterClient`.
+//!
+//! What `work` does in a run, in this order: `--log-takes` prints `took
+//! <entry-id> <job-id> <attempt>`; `--started` pushes the id; `--crash` (every
+//! job) or `--crash-on ID` (that job) kills the process with SIGKILL;
+//! `--sleep-ms`; `--overload-every K` fails a run whose attempt is a multiple
+//! of K with `RetryAfter(--retry-after-ms, default 1000)`; `--fail-first K`
+//! fails a job whose id ends in digits i its first `i % (K+1)` attempts with
+//! "planned failure"; `--fail MSG` fails every run; else `--done` counts the
+//! success with `HINCRBY`. `--jobs N` (with `--done`) closes the worker once
+//! `HLEN <done> + ZCARD {NAME}:dead` reaches N; `--deadline-secs S` exits 2
+//! if it is still running S seconds after start. Every exit of `work` that
+//! is not a crash prints `summary {"runs":R,"max_concurrent":C}` last.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use echomq_client::{AddOptions, Job, JobError, Queue, Worker, WorkerOptions};
+use echomq_client::{AddOptions, Job, JobError, Queue, QueueConnection, Worker, WorkerOptions};
 
 const USAGE: &str =
     "usage: crossworker work|add|dead|requeue|purge --url URL --queue NAME [options]";
+
+/// The options that take no value.
+const FLAGS: [&str; 3] = ["crash", "cluster", "log-takes"];
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -37,8 +61,8 @@ async fn main() -> ExitCode {
     let mut options = HashMap::new();
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
-        if flag == "--crash" {
-            options.insert("crash".to_string(), String::new());
+        if let Some(name) = flag.strip_prefix("--").filter(|n| FLAGS.contains(n)) {
+            options.insert(name.to_string(), String::new());
             continue;
         }
         let (Some(name), Some(value)) = (flag.strip_prefix("--"), it.next()) else {
@@ -48,7 +72,7 @@ async fn main() -> ExitCode {
         options.insert(name.to_string(), value.clone());
     }
     let result = match command.as_str() {
-        "work" => work(&options).await,
+        "work" => return work(&options).await,
         "add" => add(&options).await,
         "dead" => dead(&options).await,
         "requeue" => requeue(&options).await,
@@ -81,13 +105,140 @@ fn number(options: &HashMap<String, String>, name: &str, default: u64) -> Result
 }
 
 async fn open(options: &HashMap<String, String>) -> Result<Queue, String> {
-    let client = redis::Client::open(required(options, "url")?).map_err(|e| e.to_string())?;
-    Queue::new(client, required(options, "queue")?)
-        .await
-        .map_err(|e| e.to_string())
+    let url = required(options, "url")?;
+    let name = required(options, "queue")?;
+    if options.contains_key("cluster") {
+        let seeds: Vec<&str> = url.split(',').filter(|s| !s.is_empty()).collect();
+        let client = redis::cluster::ClusterClient::new(seeds).map_err(|e| e.to_string())?;
+        return Queue::on_cluster(client, name)
+            .await
+            .map_err(|e| e.to_string());
+    }
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    Queue::new(client, name).await.map_err(|e| e.to_string())
 }
 
-async fn work(options: &HashMap<String, String>) -> Result<(), String> {
+/// Runs started and the most handlers running at once, for the summary.
+#[derive(Default)]
+struct Stats {
+    runs: AtomicU64,
+    running: AtomicU64,
+    max_concurrent: AtomicU64,
+}
+
+impl Stats {
+    fn summary(&self) -> String {
+        format!(
+            "summary {{\"runs\":{},\"max_concurrent\":{}}}",
+            self.runs.load(Ordering::SeqCst),
+            self.max_concurrent.load(Ordering::SeqCst)
+        )
+    }
+}
+
+/// One run counted as running until it drops (whichever way the handler
+/// returns).
+struct Running(Arc<Stats>);
+
+impl Running {
+    fn new(stats: &Arc<Stats>) -> Running {
+        stats.runs.fetch_add(1, Ordering::SeqCst);
+        let now = stats.running.fetch_add(1, Ordering::SeqCst) + 1;
+        stats.max_concurrent.fetch_max(now, Ordering::SeqCst);
+        Running(stats.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A line on stdout, flushed at once (the tests read it while the worker
+/// runs). A closed stdout (a test that read only `ready`) is not an error of
+/// the worker's, so a failed write is dropped.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+/// `work`'s exit: the summary on every way out that is not a crash.
+async fn work(options: &HashMap<String, String>) -> ExitCode {
+    let stats = Arc::new(Stats::default());
+    let code = match run_worker(options, &stats).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("crossworker: {e}");
+            ExitCode::FAILURE
+        }
+    };
+    say(&stats.summary());
+    code
+}
+
+/// The trailing decimal digits of a job id, modulo `m` (digit by digit, so
+/// a long run of digits does not overflow); `None` without trailing digits.
+fn trailing_digits_mod(id: &str, m: u64) -> Option<u64> {
+    let digits = id.len() - id.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 {
+        return None;
+    }
+    Some(
+        id[id.len() - digits..]
+            .bytes()
+            .fold(0u64, |r, d| (r * 10 + u64::from(d - b'0')) % m),
+    )
+}
+
+/// A refusal that a failover or a slot move explains, or a broken
+/// connection: sending the same write again may succeed. (MOVED and ASK
+/// never get here: the cluster client follows them itself.)
+fn transient(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || matches!(
+            e.code(),
+            Some("READONLY" | "LOADING" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN")
+        )
+}
+
+/// The handler's own write, sent again for up to 30 s while it meets a
+/// failover (50 ms between tries, doubling to 1 s): a failover must not turn
+/// into a job failure. A resent HINCRBY whose first try got through counts
+/// twice, which the tests read as a job run twice: at least once, as ever.
+async fn retried(conn: &QueueConnection, cmd: redis::Cmd) -> redis::RedisResult<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let mut conn = conn.clone();
+        match cmd.query_async::<()>(&mut conn).await {
+            Err(e) if transient(&e) && Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            result => return result,
+        }
+    }
+}
+
+async fn run_worker(
+    options: &HashMap<String, String>,
+    stats: &Arc<Stats>,
+) -> Result<ExitCode, String> {
+    let started_at = Instant::now();
+    let deadline_secs = number(options, "deadline-secs", 0)?;
+    let jobs = match options.get("jobs") {
+        Some(_) => Some(number(options, "jobs", 0)?),
+        None => None,
+    };
+    let done = options.get("done").cloned();
+    if jobs.is_some() && done.is_none() {
+        return Err("--jobs needs --done KEY".into());
+    }
     let queue = open(options).await?;
     let defaults = WorkerOptions::default();
     let worker_options = WorkerOptions {
@@ -99,62 +250,130 @@ async fn work(options: &HashMap<String, String>) -> Result<(), String> {
         shutdown_timeout_ms: number(options, "shutdown-timeout-ms", defaults.shutdown_timeout_ms)?,
     };
     let started = options.get("started").cloned();
-    let done = options.get("done").cloned();
     let fail = options.get("fail").cloned();
     let sleep_ms = number(options, "sleep-ms", 0)?;
     let crash = options.contains_key("crash");
+    let crash_on = options.get("crash-on").cloned();
+    let log_takes = options.contains_key("log-takes");
+    let fail_first = match options.get("fail-first") {
+        Some(_) => Some(number(options, "fail-first", 0)?),
+        None => None,
+    };
+    // 0 would be "every multiple of 0": read as off.
+    let overload_every = number(options, "overload-every", 0)?;
+    let retry_after_ms = number(options, "retry-after-ms", 1000)?;
     let conn = queue.connection();
-    let handler = move |job: Job| {
-        let (started, done, fail, mut conn) =
-            (started.clone(), done.clone(), fail.clone(), conn.clone());
-        async move {
-            if let Some(key) = started {
-                redis::cmd("RPUSH")
-                    .arg(key)
-                    .arg(&job.id)
-                    .query_async::<()>(&mut conn)
-                    .await?;
+    let handler = {
+        let (done, stats, conn) = (done.clone(), stats.clone(), conn.clone());
+        move |job: Job| {
+            let (started, done, fail, crash_on, conn) = (
+                started.clone(),
+                done.clone(),
+                fail.clone(),
+                crash_on.clone(),
+                conn.clone(),
+            );
+            let running = Running::new(&stats);
+            async move {
+                let _running = running;
+                if log_takes {
+                    say(&format!("took {} {} {}", job.entry_id, job.id, job.attempt));
+                }
+                if let Some(key) = started {
+                    let mut cmd = redis::cmd("RPUSH");
+                    cmd.arg(key).arg(&job.id);
+                    retried(&conn, cmd).await?;
+                }
+                if crash || crash_on.as_deref() == Some(job.id.as_str()) {
+                    // A job that kills whatever runs it: this process dies as under SIGKILL.
+                    let pid = std::process::id().to_string();
+                    let _ = std::process::Command::new("kill")
+                        .args(["-KILL", &pid])
+                        .status();
+                    std::process::abort();
+                }
+                tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+                if overload_every > 0 && job.attempt.is_multiple_of(overload_every) {
+                    return Err(JobError::RetryAfter(retry_after_ms));
+                }
+                if let Some(k) = fail_first {
+                    if trailing_digits_mod(&job.id, k + 1).is_some_and(|n| job.attempt <= n) {
+                        return Err(JobError::msg("planned failure"));
+                    }
+                }
+                if let Some(message) = fail {
+                    return Err(JobError::msg(message));
+                }
+                if let Some(key) = done {
+                    let mut cmd = redis::cmd("HINCRBY");
+                    cmd.arg(key).arg(&job.id).arg(1);
+                    retried(&conn, cmd).await?;
+                }
+                Ok(())
             }
-            if crash {
-                // A job that kills whatever runs it: this process dies as under SIGKILL.
-                let pid = std::process::id().to_string();
-                let _ = std::process::Command::new("kill")
-                    .args(["-KILL", &pid])
-                    .status();
-                std::process::abort();
-            }
-            tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
-            if let Some(message) = fail {
-                return Err(JobError::msg(message));
-            }
-            if let Some(key) = done {
-                redis::cmd("HINCRBY")
-                    .arg(key)
-                    .arg(&job.id)
-                    .arg(1)
-                    .query_async::<()>(&mut conn)
-                    .await?;
-            }
-            Ok(())
         }
     };
     queue.ensure_group().await.map_err(|e| e.to_string())?;
+    let dead_key = format!("{{{}}}:dead", queue.name());
     let worker = Worker::new(queue, handler, worker_options);
     let handle = worker.handle();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| e.to_string())?;
+    let on_signal = handle.clone();
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-        handle.close();
+        on_signal.close();
     });
-    let mut stdout = std::io::stdout();
-    writeln!(stdout, "ready")
-        .and_then(|()| stdout.flush())
-        .map_err(|e| e.to_string())?;
-    worker.run().await.map_err(|e| e.to_string())
+    if let (Some(n), Some(done)) = (jobs, done) {
+        let (on_count, conn) = (handle.clone(), conn.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if finished(&conn, &done, &dead_key).await >= n {
+                    on_count.close();
+                    return;
+                }
+            }
+        });
+    }
+    say("ready");
+    let deadline = async {
+        if deadline_secs == 0 {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep_until((started_at + Duration::from_secs(deadline_secs)).into()).await;
+    };
+    ran_until(worker.run(), deadline).await
+}
+
+/// The worker's run, or exit 2 when the deadline comes first.
+async fn ran_until(
+    run: impl Future<Output = redis::RedisResult<()>>,
+    deadline: impl Future<Output = ()>,
+) -> Result<ExitCode, String> {
+    tokio::select! {
+        result = run => result.map(|()| ExitCode::SUCCESS).map_err(|e| e.to_string()),
+        () = deadline => {
+            eprintln!("crossworker: still running at --deadline-secs");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// `HLEN <done> + ZCARD <dead>`; 0 while a failover refuses them (the next
+/// poll asks again).
+async fn finished(conn: &QueueConnection, done: &str, dead: &str) -> u64 {
+    let mut conn = conn.clone();
+    // Two commands, not a pipeline: the keys may hash to different slots.
+    let done: redis::RedisResult<u64> = redis::cmd("HLEN").arg(done).query_async(&mut conn).await;
+    let dead: redis::RedisResult<u64> = redis::cmd("ZCARD").arg(dead).query_async(&mut conn).await;
+    match (done, dead) {
+        (Ok(done), Ok(dead)) => done + dead,
+        _ => 0,
+    }
 }
 
 async fn add(options: &HashMap<String, String>) -> Result<(), String> {

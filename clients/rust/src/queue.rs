@@ -5,9 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
-    Script, Value,
+    Script, ServerErrorKind, Value,
 };
 
 use crate::protocol::{ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE};
@@ -69,7 +72,7 @@ pub struct DeadJob {
 /// A queue: six keys under the hash tag `{name}`.
 #[derive(Clone)]
 pub struct Queue {
-    pub(crate) client: Client,
+    pub(crate) backend: Backend,
     pub(crate) conn: QueueConnection,
     pub(crate) name: String,
     pub(crate) keys: Keys,
@@ -117,63 +120,144 @@ fn stale_code(code: &str) -> bool {
     matches!(code, "READONLY" | "UNBLOCKED" | "MASTERDOWN" | "LOADING")
 }
 
+/// What a cluster answers while a slot changes hands or its primary is
+/// replaced, when the cluster client has given up following it (it follows
+/// `MOVED` and `ASK` and waits out `TRYAGAIN` and `CLUSTERDOWN` a number of
+/// times itself): a slot being migrated (`ASK`, `TRYAGAIN` for a command
+/// whose keys are split between the two nodes), a map of the slots out of
+/// date (`MOVED`), no primary for the slot yet (`CLUSTERDOWN`), no
+/// connection to the node that serves it (the client's
+/// `ClusterConnectionNotFound`), or a script not loaded on the node that now
+/// serves the slot (`NOSCRIPT`: a resent script is loaded there first). The
+/// server refused the command before it ran, so it wrote nothing. A
+/// transaction refused so (a `MULTI` whose queued commands were redirected)
+/// aborts whole, and counts the same.
+pub(crate) fn cluster_transient(e: &RedisError) -> bool {
+    if e.kind() == ErrorKind::ClusterConnectionNotFound || e.code().is_some_and(cluster_code) {
+        return true;
+    }
+    if e.kind() == ErrorKind::Server(ServerErrorKind::ExecAbort) {
+        if let Some(errors) = e.clone().into_server_errors() {
+            return !errors.is_empty()
+                && errors
+                    .iter()
+                    .all(|(_, e)| cluster_code(e.code()) || stale_code(e.code()));
+        }
+    }
+    false
+}
+
+fn cluster_code(code: &str) -> bool {
+    matches!(
+        code,
+        "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "NOSCRIPT"
+    )
+}
+
 pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
     RedisError::from((ErrorKind::Client, desc, detail))
 }
 
+/// Where a queue's connections lead: one server (or a primary endpoint), or
+/// a Valkey Cluster. Kept by the queue to open the workers' reading
+/// connections and to reconnect.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    // Both boxed: either client is a few hundred bytes (how many depends on
+    // the redis features the workspace turns on), and a Backend is kept
+    // (and cloned) by every queue and connection.
+    Single(Box<Client>),
+    Cluster(Box<ClusterClient>),
+}
+
+/// One open connection of either kind.
+#[derive(Clone)]
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
 /// The queue's connection, for commands of your own
-/// (`redis::AsyncCommands` works on it): a multiplexed connection that
-/// replaces itself when it breaks (the server restarted, the network
-/// dropped), or when the server it leads to says it is not the primary
-/// any more (see [`stale`]). The command that met the broken connection
-/// fails; the next ones go to a new connection. Clones share one connection.
+/// (`redis::AsyncCommands` works on it). Clones share one connection.
+///
+/// On one server: a multiplexed connection that replaces itself when it
+/// breaks (the server restarted, the network dropped), or when the server
+/// it leads to says it is not the primary any more (see [`stale`]). The
+/// command that met the broken connection fails; the next ones go to a new
+/// connection.
+///
+/// On a cluster ([`Queue::on_cluster`]): the redis crate's async cluster
+/// connection, which routes each command by its key, follows `MOVED` and
+/// `ASK` and reconnects to the nodes itself. The commands the library sends
+/// without a key (`TIME`, `ECHO.QUEUES`, `ECHO.DELAY`, `SCRIPT LOAD`) go to
+/// the primary serving the queue's slot (the slot of `{name}`) instead of a
+/// random node (or, for `SCRIPT LOAD`, every node): so a script is loaded
+/// where it is about to run, and the server's clock is the one the queue's
+/// scores are written by. Yours go the same way.
 #[derive(Clone)]
 pub struct QueueConnection {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    client: Client,
+    backend: Backend,
     response_timeout: Duration,
-    current: Mutex<MultiplexedConnection>,
+    current: Mutex<Conn>,
     /// When the last reconnection began: at most one a second.
     last_reconnect: tokio::sync::Mutex<Option<Instant>>,
+    /// The queue's slot, where keyless commands go on a cluster.
+    route: Route,
 }
 
 impl QueueConnection {
-    /// Opens a connection whose replies may take up to `response_timeout`.
+    /// Opens a connection whose replies may take up to `response_timeout`,
+    /// for the queue named `name`.
     pub(crate) async fn open(
-        client: &Client,
+        backend: &Backend,
+        name: &str,
         response_timeout: Duration,
     ) -> RedisResult<QueueConnection> {
-        let conn = connect(client, response_timeout).await?;
+        let conn = connect(backend, response_timeout).await?;
         Ok(QueueConnection::wrap(
-            client.clone(),
+            backend.clone(),
             conn,
+            name,
             response_timeout,
         ))
     }
 
     fn wrap(
-        client: Client,
-        conn: MultiplexedConnection,
+        backend: Backend,
+        conn: Conn,
+        name: &str,
         response_timeout: Duration,
     ) -> QueueConnection {
         QueueConnection {
             shared: Arc::new(Shared {
-                client,
+                backend,
                 response_timeout,
                 current: Mutex::new(conn),
                 last_reconnect: tokio::sync::Mutex::new(None),
+                route: Route::with_key(Keys::new(name).jobs, SlotAddr::Master),
             }),
         }
     }
 
-    fn current(&self) -> MultiplexedConnection {
+    fn current(&self) -> Conn {
         self.shared.current.lock().unwrap().clone()
     }
 
+    /// Whether this connection leads to a cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.backend, Backend::Cluster(_))
+    }
+
     async fn check(&self, result: Result<&[Value], &RedisError>) {
+        // A cluster connection reconnects to each node, and refreshes its
+        // map of the slots after MOVED or READONLY, by itself.
+        if self.is_cluster() {
+            return;
+        }
         let broken = match result {
             Err(e) => e.is_io_error() || e.is_connection_dropped() || stale(e),
             // A pipeline that keeps each reply (`ignore_errors`) hands the
@@ -191,18 +275,46 @@ impl QueueConnection {
             return;
         }
         *last = Some(Instant::now());
-        match connect(&self.shared.client, self.shared.response_timeout).await {
+        match connect(&self.shared.backend, self.shared.response_timeout).await {
             Ok(fresh) => *self.shared.current.lock().unwrap() = fresh,
             Err(e) => eprintln!("echomq-client: reconnecting failed: {e}"),
         }
     }
 }
 
+/// The commands the library sends that name no key: on a cluster they go
+/// to the queue's primary (see [`QueueConnection`]).
+fn keyless(cmd: &Cmd) -> bool {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let Some(name) = args.next() else {
+        return false;
+    };
+    let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
+    if is("SCRIPT") {
+        return args
+            .next()
+            .is_some_and(|sub| sub.eq_ignore_ascii_case(b"LOAD"));
+    }
+    is("TIME") || is("ECHO.QUEUES") || is("ECHO.DELAY")
+}
+
 impl ConnectionLike for QueueConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let mut conn = self.current();
+        let conn = self.current();
         Box::pin(async move {
-            let result = conn.req_packed_command(cmd).await;
+            let result = match conn {
+                Conn::Single(mut conn) => conn.req_packed_command(cmd).await,
+                Conn::Cluster(mut conn) if keyless(cmd) => {
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        self.shared.route,
+                    ));
+                    conn.route_command(cmd.clone(), route).await
+                }
+                Conn::Cluster(mut conn) => conn.req_packed_command(cmd).await,
+            };
             self.check(result.as_ref().map(std::slice::from_ref)).await;
             result
         })
@@ -214,29 +326,49 @@ impl ConnectionLike for QueueConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let mut conn = self.current();
+        let conn = self.current();
         Box::pin(async move {
-            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            // On a cluster a pipeline goes whole to the node of its first
+            // command with a key: every pipeline of the library names a key
+            // of the queue, so its keyless commands (TIME) ride along.
+            let result = match conn {
+                Conn::Single(mut conn) => conn.req_packed_commands(pipeline, offset, count).await,
+                Conn::Cluster(mut conn) => conn.req_packed_commands(pipeline, offset, count).await,
+            };
             self.check(result.as_ref().map(Vec::as_slice)).await;
             result
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.current().get_db()
+        match self.current() {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(_) => 0,
+        }
     }
 }
 
-async fn connect(
-    client: &Client,
-    response_timeout: Duration,
-) -> RedisResult<MultiplexedConnection> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(10)))
-        .set_response_timeout(Some(response_timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
+async fn connect(backend: &Backend, response_timeout: Duration) -> RedisResult<Conn> {
+    match backend {
+        Backend::Single(client) => {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(10)))
+                .set_response_timeout(Some(response_timeout));
+            let conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            Ok(Conn::Single(conn))
+        }
+        Backend::Cluster(client) => {
+            // The per-node timeout only: the client's overall timeout (none
+            // unless its builder set one) is its owner's choice.
+            let config = ClusterConfig::new()
+                .set_connection_timeout(Duration::from_secs(10))
+                .set_response_timeout(response_timeout);
+            let conn = client.get_async_connection_with_config(config).await?;
+            Ok(Conn::Cluster(conn))
+        }
+    }
 }
 
 impl Queue {
@@ -245,8 +377,26 @@ impl Queue {
     /// Commands share one multiplexed connection; each worker opens one
     /// more for its blocking reads.
     pub async fn new(client: Client, name: impl Into<String>) -> RedisResult<Queue> {
-        let conn = QueueConnection::open(&client, RESPONSE_TIMEOUT).await?;
-        Ok(Queue::from_conn(client, conn, name))
+        Queue::open(Backend::Single(Box::new(client)), name).await
+    }
+
+    /// As [`Queue::new`] on a Valkey Cluster: `client` is seeded with one or
+    /// more of its nodes. Every key of the queue has the hash tag `{name}`,
+    /// so all of them live in one slot and every command, transaction and
+    /// script of the queue runs on the primary serving it (found again after
+    /// a failover or a slot migration). Commands share one cluster
+    /// connection; each worker opens one more for its blocking reads. Leave
+    /// the client's response timeout unset, or above the worker's longest
+    /// blocking read (1 s): the reads' connection sets its own per-node
+    /// timeout, but an overall timeout set on the builder applies to it too.
+    pub async fn on_cluster(client: ClusterClient, name: impl Into<String>) -> RedisResult<Queue> {
+        Queue::open(Backend::Cluster(Box::new(client)), name).await
+    }
+
+    async fn open(backend: Backend, name: impl Into<String>) -> RedisResult<Queue> {
+        let name = name.into();
+        let conn = QueueConnection::open(&backend, &name, RESPONSE_TIMEOUT).await?;
+        Ok(Queue::from_conn(backend, conn, name))
     }
 
     /// As [`Queue::new`] with a connection the caller opened (from
@@ -256,15 +406,17 @@ impl Queue {
         conn: MultiplexedConnection,
         name: impl Into<String>,
     ) -> Queue {
-        let conn = QueueConnection::wrap(client.clone(), conn, RESPONSE_TIMEOUT);
-        Queue::from_conn(client, conn, name)
+        let name = name.into();
+        let backend = Backend::Single(Box::new(client));
+        let conn =
+            QueueConnection::wrap(backend.clone(), Conn::Single(conn), &name, RESPONSE_TIMEOUT);
+        Queue::from_conn(backend, conn, name)
     }
 
-    fn from_conn(client: Client, conn: QueueConnection, name: impl Into<String>) -> Queue {
-        let name = name.into();
+    fn from_conn(backend: Backend, conn: QueueConnection, name: String) -> Queue {
         Queue {
             keys: Keys::new(&name),
-            client,
+            backend,
             conn,
             name,
         }
@@ -284,29 +436,70 @@ impl Queue {
     /// that id existing, nothing changes and the id is returned.
     pub async fn add(&self, payload: impl AsRef<[u8]>, options: AddOptions) -> RedisResult<String> {
         check_delay(options.delay_ms)?;
+        if let Some(id) = &options.id {
+            check_id(id)?;
+        }
         let mut conn = self.conn.clone();
-        match options.id {
-            Some(id) => {
-                check_id(&id)?;
-                let _: i64 = Script::new(ADD_WITH_ID)
-                    .key(&self.keys.jobs)
-                    .key(&self.keys.pending)
-                    .key(&self.keys.schedule)
-                    .arg(&id)
-                    .arg(payload.as_ref())
-                    .arg(options.delay_ms)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(id)
-            }
-            None => {
-                let id = new_job_id();
-                let mut pipe = redis::pipe();
-                pipe.atomic();
-                self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
-                let replies: Value = pipe.query_async(&mut conn).await?;
-                exec_error(replies)?;
-                Ok(id)
+        if options.id.is_some() || conn.is_cluster() {
+            // On a cluster a job with a new id is added by the script too:
+            // the cluster client sends a command again by itself after a
+            // broken connection, and the script finds the first try's
+            // payload and adds nothing, where a transaction would add the
+            // job's entry twice (and so run it twice).
+            let id = options.id.unwrap_or_else(new_job_id);
+            let payload = payload.as_ref();
+            let delay_ms = options.delay_ms;
+            let _: i64 = self
+                .resent_on_cluster(|| async {
+                    Script::new(ADD_WITH_ID)
+                        .key(&self.keys.jobs)
+                        .key(&self.keys.pending)
+                        .key(&self.keys.schedule)
+                        .arg(&id)
+                        .arg(payload)
+                        .arg(delay_ms)
+                        .invoke_async(&mut self.conn.clone())
+                        .await
+                })
+                .await?;
+            return Ok(id);
+        }
+        let id = new_job_id();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
+        let replies: Value = pipe.query_async(&mut conn).await?;
+        exec_error(replies)?;
+        Ok(id)
+    }
+
+    /// `op`, and on a cluster `op` again while the cluster answers that the
+    /// queue's slot is moving or has no primary yet, or the connection broke
+    /// ([`cluster_transient`]), for up to 30 s, pausing 50 ms doubling to a
+    /// second. Only for what is safe to send twice (the scripts, which check
+    /// before they write). On one server `op` runs once: what it returns is
+    /// the caller's to judge, as ever.
+    async fn resent_on_cluster<T, F, Fut>(&self, mut op: F) -> RedisResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match op().await {
+                Err(e)
+                    if self.conn.is_cluster()
+                        && (cluster_transient(&e)
+                            || e.is_io_error()
+                            || e.is_connection_dropped()
+                            || e.is_timeout())
+                        && Instant::now() + pause < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                result => return result,
             }
         }
     }
@@ -357,6 +550,9 @@ impl Queue {
             }
         }
         let script = Script::new(ADD_WITH_ID);
+        if self.conn.is_cluster() {
+            return self.add_many_on_cluster(&script, &jobs).await;
+        }
         let mut pipe = redis::pipe();
         if jobs.iter().any(|(_, o)| o.id.is_some()) {
             // Loaded before the transactions, so EVALSHA inside them finds it.
@@ -393,6 +589,52 @@ impl Queue {
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         for reply in replies {
             exec_error(reply)?;
+        }
+        Ok(ids)
+    }
+
+    /// [`Queue::add_many_with`] on a cluster: a pipeline per 1,000 jobs,
+    /// each one transaction of the add script per job (a new id too, as in
+    /// [`Queue::add`]), with the script loaded inside it. The cluster client
+    /// sends a pipeline again whole when a reply in it redirects: with one
+    /// transaction per pipeline that resends only what did not run (a
+    /// transaction redirected is aborted whole), and the scripts make a
+    /// resend after a lost reply add nothing twice. The `SCRIPT LOAD` inside
+    /// the `MULTI` goes wherever the transaction goes, so `EVALSHA` finds it
+    /// on a primary that has just taken over, and the `MULTI` keeps an
+    /// `ASKING` in force for the whole transaction while the slot migrates.
+    async fn add_many_on_cluster<P: AsRef<[u8]>>(
+        &self,
+        script: &Script,
+        jobs: &[(P, AddOptions)],
+    ) -> RedisResult<Vec<String>> {
+        let ids: Vec<String> = jobs
+            .iter()
+            .map(|(_, o)| o.id.clone().unwrap_or_else(new_job_id))
+            .collect();
+        for (chunk, chunk_ids) in jobs.chunks(ADD_BATCH).zip(ids.chunks(ADD_BATCH)) {
+            let mut pipe = redis::pipe();
+            pipe.cmd("MULTI").ignore();
+            pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_WITH_ID).ignore();
+            for ((payload, options), id) in chunk.iter().zip(chunk_ids) {
+                pipe.cmd("EVALSHA")
+                    .arg(script.get_hash())
+                    .arg(3)
+                    .arg(&self.keys.jobs)
+                    .arg(&self.keys.pending)
+                    .arg(&self.keys.schedule)
+                    .arg(id)
+                    .arg(payload.as_ref())
+                    .arg(options.delay_ms)
+                    .ignore();
+            }
+            pipe.cmd("EXEC");
+            let replies: Vec<Value> = self
+                .resent_on_cluster(|| async { pipe.query_async(&mut self.conn.clone()).await })
+                .await?;
+            for reply in replies {
+                exec_error(reply)?;
+            }
         }
         Ok(ids)
     }
@@ -501,25 +743,28 @@ impl Queue {
     pub async fn remove(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
-        let (_, _, existed, _, _): (i64, i64, i64, i64, i64) = redis::pipe()
-            .atomic()
-            .cmd("ZREM")
-            .arg(&k.schedule)
-            .arg(id)
-            .cmd("ZREM")
-            .arg(&k.dead)
-            .arg(id)
-            .cmd("HDEL")
-            .arg(&k.jobs)
-            .arg(id)
-            .cmd("HDEL")
-            .arg(&k.attempts)
-            .arg(id)
-            .cmd("HDEL")
-            .arg(&k.errors)
-            .arg(id)
-            .query_async(&mut conn)
-            .await?;
+        // MULTI and EXEC as commands of a plain pipeline, the same on the
+        // wire as an atomic one: on a cluster the client then sees a
+        // redirection of a queued command among the replies and sends the
+        // whole again where it points (the transaction was aborted, so
+        // nothing ran), where an atomic pipeline hands the redirection back
+        // as an aborted transaction, not followed.
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI").ignore();
+        for (key, cmd) in [
+            (&k.schedule, "ZREM"),
+            (&k.dead, "ZREM"),
+            (&k.jobs, "HDEL"),
+            (&k.attempts, "HDEL"),
+            (&k.errors, "HDEL"),
+        ] {
+            pipe.cmd(cmd).arg(key).arg(id).ignore();
+        }
+        pipe.cmd("EXEC");
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let exec = replies.into_iter().next().unwrap_or(Value::Nil);
+        exec_error(exec.clone())?;
+        let (_, _, existed, _, _): (i64, i64, i64, i64, i64) = redis::from_redis_value(exec)?;
         Ok(existed == 1)
     }
 

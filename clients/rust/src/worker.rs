@@ -17,7 +17,9 @@ use crate::protocol::{
     DEFAULT_SHUTDOWN_TIMEOUT_MS, FAIL, GROUP, HAND_BACK, MAX_ERROR_BYTES, MAX_HOLD_MS,
     PROMOTE_LIMIT, SUCCEED, SUCCESS_BATCH,
 };
-use crate::queue::{client_error, stale, Queue, QueueConnection, RESPONSE_TIMEOUT};
+use crate::queue::{
+    client_error, cluster_transient, stale, Queue, QueueConnection, RESPONSE_TIMEOUT,
+};
 
 /// One run of a job, as the handler gets it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +28,10 @@ pub struct Job {
     pub payload: Vec<u8>,
     /// 1 on the first run, 2 on the first retry, and so on.
     pub attempt: u64,
+    /// The pending entry that delivered this run, for logs: the stream
+    /// entry id this worker read (`XREADGROUP`) or took over (`XAUTOCLAIM`).
+    /// A retry arrives in a new entry, so it differs from run to run.
+    pub entry_id: String,
 }
 
 /// Why a run failed. Any `std::error::Error` converts into `Failed` with its
@@ -242,7 +248,8 @@ impl Worker {
         inner.refresh_queues(&mut conn).await?;
         // The blocking reads' own connection.
         let read_conn = QueueConnection::open(
-            &inner.queue.client,
+            &inner.queue.backend,
+            &inner.queue.name,
             Duration::from_millis(1000) + RESPONSE_TIMEOUT,
         )
         .await?;
@@ -326,13 +333,15 @@ fn check_options(options: &WorkerOptions) -> RedisResult<()> {
 
 /// An error of the connection rather than of the command: sending the same
 /// again may succeed (a stale connection, see [`stale`], has been replaced
-/// by then).
+/// by then; on a cluster, the slot has a primary again, see
+/// [`cluster_transient`]).
 fn transient(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_timeout()
         || stale(e)
+        || cluster_transient(e)
 }
 
 /// The next wait before sending again: doubled, at most a second.
@@ -447,18 +456,14 @@ impl Inner {
         let block_ms = if self_promote { 100 } else { 1000 }
             .min(self.options.lease_ms / 2)
             .max(1);
-        let mut pipe = redis::pipe();
-        // Each reply on its own: an error of ECHO.PROMOTE (or ECHO.LIMITS)
-        // must not throw away the entries XREADGROUP delivered.
-        pipe.ignore_errors();
-        if self_promote {
-            pipe.cmd("ECHO.PROMOTE")
-                .arg(&keys.schedule)
-                .arg(&keys.pending)
-                .arg("LIMIT")
-                .arg(PROMOTE_LIMIT);
-        }
-        pipe.cmd("XREADGROUP")
+        let mut promote = redis::cmd("ECHO.PROMOTE");
+        promote
+            .arg(&keys.schedule)
+            .arg(&keys.pending)
+            .arg("LIMIT")
+            .arg(PROMOTE_LIMIT);
+        let mut xreadgroup = redis::cmd("XREADGROUP");
+        xreadgroup
             .arg("GROUP")
             .arg(GROUP)
             .arg(&self.consumer)
@@ -469,9 +474,43 @@ impl Inner {
             .arg("STREAMS")
             .arg(&keys.pending)
             .arg(">");
-        pipe.cmd("ECHO.LIMITS").arg(&keys.schedule);
-        pipe.cmd("TIME");
-        let mut replies: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
+        let mut limits = redis::cmd("ECHO.LIMITS");
+        limits.arg(&keys.schedule);
+        let mut replies: Vec<RedisResult<Value>> = if conn.is_cluster() {
+            // The same commands one by one: the cluster client sends a
+            // pipeline again whole when one of its replies is a redirection
+            // (ASK, TRYAGAIN while the slot migrates), and a second
+            // XREADGROUP would leave the entries the first one delivered
+            // pending to this worker, unseen, until a takeover after the
+            // lease. A command refused so ran nowhere, and is sent again
+            // alone.
+            let mut replies = Vec::with_capacity(4);
+            if self_promote {
+                replies.push(promote.query_async(conn).await);
+            }
+            replies.push(Ok(xreadgroup.query_async(conn).await?));
+            let mut after = redis::pipe();
+            after.ignore_errors();
+            after.add_command(limits).cmd("TIME");
+            // Entries are in hand now: a failure here must not drop them
+            // (with no hold known, and no clock, they start at once).
+            match after.query_async::<Vec<RedisResult<Value>>>(conn).await {
+                Ok(after) => replies.extend(after),
+                Err(e) => replies.extend([Err(e.clone()), Err(e)]),
+            }
+            replies
+        } else {
+            let mut pipe = redis::pipe();
+            // Each reply on its own: an error of ECHO.PROMOTE (or
+            // ECHO.LIMITS) must not throw away the entries XREADGROUP
+            // delivered.
+            pipe.ignore_errors();
+            if self_promote {
+                pipe.add_command(promote);
+            }
+            pipe.add_command(xreadgroup).add_command(limits).cmd("TIME");
+            pipe.query_async(conn).await?
+        };
         if replies.len() != if self_promote { 4 } else { 3 } {
             return Err(client_error(
                 "unexpected reply",
@@ -586,7 +625,29 @@ impl Inner {
         let mut conn = self.queue.conn.clone();
         // Each reply on its own: one entry refused does not hide the others.
         pipe.ignore_errors();
-        match pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn).await {
+        // Sent again for a few seconds while the connection (or the cluster)
+        // refuses it: the scripts hand back only entries still pending, so
+        // a resend adds no second run. Past that the entries wait for a
+        // takeover after the lease.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut backoff = Duration::from_millis(100);
+        let sent = loop {
+            match pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn).await {
+                Err(e) if transient(&e) && tokio::time::Instant::now() + backoff < deadline => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = next_backoff(backoff);
+                }
+                Ok(replies)
+                    if replies.iter().any(|r| r.as_ref().is_err_and(transient))
+                        && tokio::time::Instant::now() + backoff < deadline =>
+                {
+                    tokio::time::sleep(backoff).await;
+                    backoff = next_backoff(backoff);
+                }
+                result => break result,
+            }
+        };
+        match sent {
             Ok(replies) => {
                 for reply in replies {
                     if let Err(e) = reply {
@@ -619,24 +680,43 @@ impl Inner {
             pipe.cmd("HGET").arg(&keys.jobs).arg(id);
             pipe.cmd("HGET").arg(&keys.attempts).arg(id);
         }
-        let fields: Vec<(Option<Vec<u8>>, Option<u64>)> =
-            match pipe.query_async::<Vec<Value>>(conn).await.and_then(|flat| {
-                flat.chunks(2)
-                    .map(|pair| {
-                        redis::from_redis_value(Value::Array(pair.to_vec())).map_err(Into::into)
-                    })
-                    .collect()
-            }) {
-                Ok(fields) => fields,
-                Err(e) => {
-                    // Left in the group: taken over after the lease.
-                    log(&format!("fetching payloads failed: {e}"));
-                    for e in &entries {
-                        self.release(&e.entry);
-                    }
-                    return;
+        let mut backoff = Duration::from_millis(100);
+        let deadline = tokio::time::Instant::now() + RESPONSE_TIMEOUT;
+        let fetched = loop {
+            // Reads only: sent again while the connection (or the cluster,
+            // in a failover or a slot move) refuses them, the entries held
+            // and their leases renewed meanwhile, rather than left to a
+            // takeover after the lease.
+            match pipe.query_async::<Vec<Value>>(conn).await {
+                Err(e)
+                    if transient(&e)
+                        && !self.closing()
+                        && tokio::time::Instant::now() + backoff < deadline =>
+                {
+                    log(&format!("fetching payloads failed, asking again: {e}"));
+                    tokio::time::sleep(backoff).await;
+                    backoff = next_backoff(backoff);
                 }
-            };
+                result => break result,
+            }
+        };
+        let fields: Vec<(Option<Vec<u8>>, Option<u64>)> = match fetched.and_then(|flat| {
+            flat.chunks(2)
+                .map(|pair| {
+                    redis::from_redis_value(Value::Array(pair.to_vec())).map_err(Into::into)
+                })
+                .collect()
+        }) {
+            Ok(fields) => fields,
+            Err(e) => {
+                // Left in the group: taken over after the lease.
+                log(&format!("fetching payloads failed: {e}"));
+                for e in &entries {
+                    self.release(&e.entry);
+                }
+                return;
+            }
+        };
         for (e, (payload, attempts)) in entries.into_iter().zip(fields) {
             let slot = permit.split(1).expect("one slot per entry");
             let (Some(id), Some(payload)) = (e.id.clone(), payload) else {
@@ -665,6 +745,7 @@ impl Inner {
                     id: id.clone(),
                     payload,
                     attempt,
+                    entry_id: e.entry.clone(),
                 };
                 let outcome = match tokio::spawn((inner.handler)(job)).await {
                     Ok(outcome) => outcome,

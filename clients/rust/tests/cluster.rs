@@ -1,0 +1,320 @@
+//! The queue and the worker on a real Valkey Cluster (echomq-testkit's: three
+//! primaries with a replica each, every node loading the module): every
+//! command of a queue reaches the primary of its slot, and a worker keeps
+//! its jobs through a failover of that primary. One cluster per test.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, queue_name, start_worker, stop, LONG};
+use echomq_client::{AddOptions, Counts, Job, JobError, Queue, Worker, WorkerOptions};
+use echomq_testkit::cluster::Cluster;
+use echomq_testkit::{cmd, info_field, q, wait_until};
+use redis::Value;
+
+fn cluster_client(cluster: &Cluster) -> redis::cluster::ClusterClient {
+    // One seed is enough: the client learns the other nodes from it.
+    redis::cluster::ClusterClient::new(vec![cluster.nodes[0].url()]).unwrap()
+}
+
+type Runs = Arc<Mutex<HashMap<String, u64>>>;
+
+/// A handler that counts the runs of each job and fails ids ending in `-f`
+/// once.
+fn counting(runs: Runs) -> impl Fn(Job) -> std::future::Ready<Result<(), JobError>> {
+    move |job: Job| {
+        assert!(!job.entry_id.is_empty(), "a run names its entry");
+        *runs.lock().unwrap().entry(job.id.clone()).or_insert(0) += 1;
+        std::future::ready(if job.id.ends_with("-f") && job.attempt == 1 {
+            Err(JobError::msg("first attempt fails"))
+        } else {
+            Ok(())
+        })
+    }
+}
+
+// Adding (a transaction, a script, a batch), counting (TIME and reads), the
+// dead set, and a worker on a queue whose slot is not on the seed node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_and_worker_on_the_queue_slot() {
+    let cluster = Cluster::start();
+    // A name whose slot the seed (node 0) does not serve, so that every
+    // command has to be routed (or redirected) to another primary.
+    let name = (0..)
+        .map(|i| format!("{}-{i}", queue_name("cluster")))
+        .find(|n| cluster.owner(cluster.keyslot(&format!("{{{n}}}"))) != 0)
+        .unwrap();
+    let queue = Queue::on_cluster(cluster_client(&cluster), &name)
+        .await
+        .unwrap();
+    queue.add(b"a", AddOptions::default()).await.unwrap();
+    let given = AddOptions {
+        id: Some("job-f".into()),
+        delay_ms: 0,
+    };
+    assert_eq!(queue.add(b"b", given.clone()).await.unwrap(), "job-f");
+    assert_eq!(queue.add(b"b", given).await.unwrap(), "job-f");
+    let batch: Vec<(String, AddOptions)> = (0..2500)
+        .map(|i| {
+            let id = (i % 2 == 0).then(|| format!("batch-{i}"));
+            (format!("p{i}"), AddOptions { id, delay_ms: 0 })
+        })
+        .collect();
+    assert_eq!(queue.add_many_with(batch).await.unwrap().len(), 2500);
+    assert_eq!(
+        queue.counts().await.unwrap(),
+        Counts {
+            pending: 2502,
+            ..Counts::default()
+        }
+    );
+
+    let runs: Runs = Arc::default();
+    let options = WorkerOptions {
+        concurrency: 20,
+        backoff: "fixed:0".into(),
+        ..WorkerOptions::default()
+    };
+    let worker = Worker::new(queue.clone(), counting(runs.clone()), options);
+    let (handle, task) = start_worker(worker);
+    eventually("every job done", LONG, || async {
+        queue.counts().await.unwrap() == Counts::default()
+    })
+    .await;
+    stop(handle, task).await;
+    let runs = runs.lock().unwrap();
+    assert_eq!(runs.len(), 2502);
+    assert_eq!(runs["job-f"], 2, "failed once, then done");
+    let twice: Vec<_> = runs
+        .iter()
+        .filter(|(id, n)| **n != 1 && *id != "job-f")
+        .collect();
+    assert!(twice.is_empty(), "run more than once: {twice:?}");
+}
+
+/// How a test moves the queue's slot while the worker runs.
+#[derive(Clone, Copy, Debug)]
+enum Move {
+    /// `CLUSTER FAILOVER` by the owner's replica.
+    Failover,
+    /// The owner killed (SIGKILL): its replica takes over after the node
+    /// timeout (2 s), the cluster answering `CLUSTERDOWN` meanwhile.
+    Kill,
+    /// IMPORTING/MIGRATING, then a `MIGRATE` per key, 100 ms apart (so the
+    /// worker meets `ASK` for the keys moved and `TRYAGAIN` for commands
+    /// whose keys are split), and 300 ms more before `SETSLOT NODE`.
+    Migration,
+}
+
+const N: usize = 600;
+
+/// A worker (and a producer adding the second half) on a queue whose slot
+/// is moved mid-run: every job is done, none is dead or left over, each ran
+/// as often as planned (`-f` jobs fail their first attempt) or, at most
+/// `concurrency` of them, once more (in flight at the move: at least once).
+async fn goes_on_through(how: Move) {
+    let cluster = Cluster::start();
+    let name = queue_name("move");
+    let slot = cluster.keyslot(&format!("{{{name}}}"));
+    let queue = Queue::on_cluster(cluster_client(&cluster), &name)
+        .await
+        .unwrap();
+    let job = |i: usize| {
+        let id = if i.is_multiple_of(3) {
+            format!("job-{i}-f")
+        } else {
+            format!("job-{i}")
+        };
+        (
+            format!("payload-{i}"),
+            AddOptions {
+                id: Some(id),
+                delay_ms: 0,
+            },
+        )
+    };
+    // A kill loses what the replica had not received yet, which a worker
+    // cannot help: the jobs are all added (and replicated, see move_slot)
+    // before it. Else the second half is added while the slot moves.
+    let added_first = if let Move::Kill = how { N } else { N / 2 };
+    queue
+        .add_many_with((0..added_first).map(job))
+        .await
+        .unwrap();
+
+    let runs: Runs = Arc::default();
+    let handler = {
+        let runs = runs.clone();
+        move |job: Job| {
+            let runs = runs.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                counting(runs)(job).await
+            }
+        }
+    };
+    let concurrency = 8;
+    let options = WorkerOptions {
+        concurrency,
+        backoff: "fixed:0".into(),
+        lease_ms: 3000,
+        ..WorkerOptions::default()
+    };
+    let worker = Worker::new(queue.clone(), handler, options);
+    let (handle, task) = start_worker(worker);
+    eventually("a third of the jobs done", LONG, || async {
+        runs.lock().unwrap().len() >= N / 3
+    })
+    .await;
+
+    let started = Instant::now();
+    let runs_at_start = runs.lock().unwrap().len();
+    let mover = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        move_slot(&mut cluster, slot, how);
+        cluster
+    });
+    // One job at a time (each add is one script).
+    for i in added_first..N {
+        let (payload, options) = job(i);
+        queue.add(payload, options).await.unwrap();
+    }
+    let cluster = mover.await.unwrap();
+    let runs_at_end = runs.lock().unwrap().len();
+    println!(
+        "{how:?} done in {:?}, while {} jobs ran ({runs_at_start} before)",
+        started.elapsed(),
+        runs_at_end - runs_at_start
+    );
+    // The worker was busy while the slot moved, or the test proves nothing.
+    assert!(runs_at_end < N, "all done before the move ended");
+
+    let deadline = Instant::now() + LONG;
+    loop {
+        let counts = queue.counts().await;
+        let ran = runs.lock().unwrap().len();
+        if counts.as_ref().is_ok_and(|c| *c == Counts::default()) && ran == N {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{how:?}: not all done: {counts:?}, {ran} of {N} jobs ran; the cluster:\n{:?}\n{}",
+            cluster.entries(),
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop(handle, task).await;
+    let runs = runs.lock().unwrap();
+    let extra: Vec<_> = runs
+        .iter()
+        .filter(|(id, n)| **n > if id.ends_with("-f") { 2 } else { 1 })
+        .collect();
+    println!(
+        "{how:?}: {} jobs ran once more than planned: {extra:?}",
+        extra.len()
+    );
+    assert!(
+        extra.len() <= concurrency,
+        "run again beyond those in flight: {extra:?}"
+    );
+    let missing: Vec<_> = runs
+        .iter()
+        .filter(|(id, n)| id.ends_with("-f") && **n < 2)
+        .collect();
+    assert!(missing.is_empty(), "failed jobs not retried: {missing:?}");
+    let owner = cluster.owner(slot);
+    let mut on_owner = cluster.conn(owner);
+    let left: i64 = q!(&mut on_owner, "HLEN", format!("{{{name}}}:jobs"));
+    assert_eq!(left, 0, "payloads left");
+}
+
+fn move_slot(cluster: &mut Cluster, slot: u16, how: Move) {
+    let a = cluster.owner(slot);
+    match how {
+        Move::Failover | Move::Kill => {
+            let r = cluster.replica_of(a);
+            let mut on_r = cluster.conn(r);
+            if let Move::Kill = how {
+                // Caught up first, so that the kill loses no write the
+                // worker was told was done (replication is asynchronous): a
+                // replica still in its first sync, or behind, would take
+                // over without the queue (seen once on a loaded machine:
+                // NOGROUP on the new primary).
+                let mut on_a = cluster.conn(a);
+                wait_until("the replica caught up", LONG, || {
+                    let link = info_field(&mut on_r, "replication", "master_link_status");
+                    let acked: i64 = q!(&mut on_a, "WAIT", 1, 500);
+                    (link == "up" && acked >= 1)
+                        .then_some(())
+                        .ok_or(format!("link {link}, {acked} acknowledged"))
+                });
+                cluster.nodes[a].kill();
+            } else {
+                let _: () = q!(&mut on_r, "CLUSTER", "FAILOVER");
+            }
+            wait_until("the replica took over", LONG, || {
+                let role: Vec<Value> = cmd!("ROLE").query(&mut on_r).map_err(|e| e.to_string())?;
+                match role.first() {
+                    Some(Value::BulkString(r)) if r == b"master" => Ok(()),
+                    other => Err(format!("ROLE {other:?}")),
+                }
+            });
+        }
+        Move::Migration => {
+            let primaries = cluster.primaries();
+            let b = *primaries.iter().find(|&&i| i != a).unwrap();
+            let (a_id, b_id) = (cluster.id(a), cluster.id(b));
+            let (mut on_a, mut on_b) = (cluster.conn(a), cluster.conn(b));
+            let _: () = q!(&mut on_b, "CLUSTER", "SETSLOT", slot, "IMPORTING", &a_id);
+            let _: () = q!(&mut on_a, "CLUSTER", "SETSLOT", slot, "MIGRATING", &b_id);
+            let keys: Vec<String> = q!(&mut on_a, "CLUSTER", "GETKEYSINSLOT", slot, 100);
+            for key in keys {
+                std::thread::sleep(Duration::from_millis(100));
+                let port = cluster.port(b);
+                let _: String = q!(&mut on_a, "MIGRATE", "127.0.0.1", port, &key, 0, 10_000);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            let _: () = q!(&mut on_b, "CLUSTER", "SETSLOT", slot, "NODE", &b_id);
+            for p in primaries {
+                if p != b {
+                    let _: () = q!(
+                        &mut cluster.conn(p),
+                        "CLUSTER",
+                        "SETSLOT",
+                        slot,
+                        "NODE",
+                        &b_id
+                    );
+                }
+            }
+            let left: i64 = q!(&mut on_a, "CLUSTER", "COUNTKEYSINSLOT", slot);
+            assert_eq!(left, 0, "keys left on the old owner");
+        }
+    }
+    cluster.wait_stable(LONG);
+}
+
+// Blocking reads, takeovers, outcome batches and lease renewals through a
+// CLUSTER FAILOVER of the queue's primary (MOVED, READONLY, UNBLOCKED).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_goes_on_through_a_cluster_failover() {
+    goes_on_through(Move::Failover).await;
+}
+
+// The same through the death of the queue's primary: connections refused,
+// CLUSTERDOWN until its replica is elected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_goes_on_through_the_death_of_its_primary() {
+    goes_on_through(Move::Kill).await;
+}
+
+// The same through a slot migration, key by key (ASK, TRYAGAIN, then MOVED).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_goes_on_through_a_slot_migration() {
+    goes_on_through(Move::Migration).await;
+}
