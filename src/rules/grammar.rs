@@ -1,10 +1,10 @@
 //! Turns argument bytes into typed requests: the grammar more than one
 //! command or config shares (canonical integers, quoting, policies, attempt
-//! counts, and the options ECHO.RETRY and ECHO.SCHEDULE share). A grammar of
-//! one command alone sits beside its handler in `commands/`; the configs' in
-//! `rules/configs.rs`. No server types: every rule of the contract's argument
-//! grammar is checked before a key is opened, so a malformed call can never
-//! write anything.
+//! counts, delays, and the options ECHO.RETRY and ECHO.SCHEDULE share). A
+//! grammar of one command alone sits beside its handler in `commands/`; the
+//! configs' in `rules/configs.rs`. No server types: every rule of the
+//! contract's argument grammar is checked before a key is opened, so a
+//! malformed call can never write anything.
 
 pub use crate::rules::errors::ArgError;
 use crate::rules::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
@@ -138,6 +138,12 @@ pub fn parse_policy(input: &[u8]) -> Result<Policy, ArgError> {
             .ok_or(ArgError::TooDeep)?;
         return Ok(Policy { backoff, jitters });
     }
+}
+
+/// A delay in ms from now, as ECHO.SCHEDULE's `delay_ms` and ECHO.ADD's
+/// `DELAY ms` take it: a canonical integer in `0..=MAX_MS`.
+pub fn delay_ms(bytes: &[u8]) -> Option<u64> {
+    canonical_u64(bytes, MAX_MS)
 }
 
 /// What ECHO.RETRY and ECHO.DELAY share: a policy and an attempt count.
@@ -619,6 +625,15 @@ mod tests {
             ArgError::DeadIsSchedule,
         ] {
             assert!(e.to_string().starts_with("ERR "), "{e}");
+        }
+    }
+
+    #[test]
+    fn delays_are_schedules_delays() {
+        assert_eq!(delay_ms(b"0"), Some(0));
+        assert_eq!(delay_ms(b"10000000000000"), Some(MAX_MS));
+        for bad in ["", "-1", "+1", "007", "10000000000001", "1e3", " 1"] {
+            assert_eq!(delay_ms(bad.as_bytes()), None, "{bad:?}");
         }
     }
 }
