@@ -5,6 +5,7 @@
 
 use crate::server::keys::Arg;
 
+pub mod add;
 pub mod delay;
 pub mod hold;
 pub mod limits;
