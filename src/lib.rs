@@ -10,7 +10,7 @@ mod engine;
 mod rules;
 mod server;
 
-use commands::{delay, hold, limits, promote, queues, retry, schedule, spread};
+use commands::{add, delay, hold, limits, promote, queues, retry, schedule, spread};
 use engine::{eviction, imports, release, stats, ticker};
 use redis_module::{redis_module, Context, RedisString, Status};
 use rules::versions;
@@ -126,4 +126,5 @@ const COMMANDS: &[Command] = &[
     schedule::COMMAND,
     hold::COMMAND,
     limits::COMMAND,
+    add::COMMAND,
 ];

@@ -449,6 +449,63 @@ fn malformed_calls_are_refused_and_write_nothing() {
         // ECHO.LIMITS
         (words("ECHO.LIMITS"), wrong_arity),
         (words("ECHO.LIMITS s x"), wrong_arity),
+        // ECHO.ADD: arity, options, keys, types (on the fast path and not)
+        (words("ECHO.ADD"), wrong_arity),
+        (words("ECHO.ADD s p"), wrong_arity),
+        (words("ECHO.ADD s p job DELAY"), "ERR syntax error"),
+        (
+            words("ECHO.ADD s p job DELAY -1"),
+            "ERR DELAY is not an integer or out of range (0..=10000000000000)",
+        ),
+        (
+            words("ECHO.ADD s p job DELAY 10000000000001"),
+            "ERR DELAY is not an integer",
+        ),
+        (
+            words("ECHO.ADD s p job DELAY 1.5"),
+            "ERR DELAY is not an integer",
+        ),
+        (
+            words("ECHO.ADD s p job DELAY 01"),
+            "ERR DELAY is not an integer",
+        ),
+        (
+            raw(&[b"ECHO.ADD", b"s", b"p", b"job", b"DELAY", b""]),
+            "ERR DELAY is not an integer",
+        ),
+        (
+            words("ECHO.ADD s p job DELAY 1 DELAY 2"),
+            "ERR syntax error",
+        ),
+        (words("ECHO.ADD s p job NX NX"), "ERR syntax error"),
+        (words("ECHO.ADD s p job XX"), "ERR syntax error"),
+        (words("ECHO.ADD s p job GT"), "ERR syntax error"),
+        (words("ECHO.ADD s p job LIMIT 5"), "ERR syntax error"),
+        (words("ECHO.ADD s p job GROUP"), "ERR syntax error"),
+        (
+            words("ECHO.ADD s p job GROUP tenant-1"),
+            "ERR GROUP is not supported yet",
+        ),
+        (
+            words("ECHO.ADD s p job NX DELAY 5 group g"),
+            "ERR GROUP is not supported yet",
+        ),
+        // more words than any valid call has
+        (
+            words("ECHO.ADD s p job NX DELAY 5 GROUP g x"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.ADD s s job"),
+            "ERR schedule and pending must be different keys",
+        ),
+        (words("ECHO.ADD str p job"), "WRONGTYPE"),
+        (words("ECHO.ADD list p job DELAY 5"), "WRONGTYPE"),
+        (words("ECHO.ADD hash p due NX"), "WRONGTYPE"),
+        (words("ECHO.ADD s str job"), "WRONGTYPE"),
+        (words("ECHO.ADD s zset job DELAY 5"), "WRONGTYPE"),
+        (words("ECHO.ADD s set due NX"), "WRONGTYPE"),
+        (words("ECHO.ADD missing hash job"), "WRONGTYPE"),
     ];
     assert!(cases.len() >= 120, "{} cases", cases.len());
 

@@ -425,6 +425,7 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
         "ECHO.SCHEDULE",
         "ECHO.HOLD",
         "ECHO.LIMITS",
+        "ECHO.ADD",
     ];
     let info: Value = q!(&mut con, "COMMAND", "INFO", &names);
     let Value::Array(commands) = info else {
@@ -440,7 +441,7 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
             _ => panic!("{c:?}"),
         })
         .collect();
-    assert_eq!(arities, [-5, -3, 3, 5, 1, -4, 3, 2]);
+    assert_eq!(arities, [-5, -3, 3, 5, 1, -4, 3, 2, -4]);
     // Every command has its docs, and the keyed ones name their schedule.
     for name in names {
         let docs: Value = q!(&mut con, "COMMAND", "DOCS", name);
@@ -454,6 +455,28 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
     ] {
         let keys: Vec<String> = q!(&mut con, "COMMAND", "GETKEYS", &call);
         assert_eq!(keys, ["{s}:schedule"], "{call:?}");
+    }
+    // ECHO.ADD names both keys, whatever its options.
+    for call in [
+        vec!["ECHO.ADD", "{s}:schedule", "{s}:pending", "j"],
+        vec![
+            "ECHO.ADD",
+            "{s}:schedule",
+            "{s}:pending",
+            "j",
+            "DELAY",
+            "5",
+            "NX",
+        ],
+    ] {
+        let keys: Vec<String> = q!(&mut con, "COMMAND", "GETKEYS", &call);
+        assert_eq!(keys, ["{s}:schedule", "{s}:pending"], "{call:?}");
+    }
+    // write deny-oom fast, like the LPUSH, XADD or ZADD it makes
+    let add_info: Value = q!(&mut con, "COMMAND", "INFO", "ECHO.ADD");
+    let add_flags = format!("{add_info:?}").to_lowercase();
+    for flag in ["\"write\"", "\"denyoom\"", "\"fast\""] {
+        assert!(add_flags.contains(flag), "{flag} missing from {add_flags}");
     }
     let text = format!("{commands:?}").to_lowercase();
     // promote: the schedule is read, written and deleted from; pending inserted into
@@ -521,7 +544,8 @@ fn acl_categories_let_users_allow_and_deny_by_category() {
     let hold_args = ["ECHO.HOLD", "s", "100"];
     let limits_args = ["ECHO.LIMITS", "s"];
     let queues_args = ["ECHO.QUEUES"];
-    for args in [&schedule_args[..], &hold_args] {
+    let add_args = ["ECHO.ADD", "s", "p", "j", "DELAY", "5"];
+    for args in [&schedule_args[..], &hold_args, &add_args] {
         assert!(
             dry(&mut con, "no-writes", args).contains("no permissions"),
             "{args:?}"
@@ -535,5 +559,37 @@ fn acl_categories_let_users_allow_and_deny_by_category() {
     for args in [&limits_args[..], &queues_args] {
         assert_eq!(dry(&mut con, "no-writes", args), "OK", "{args:?}");
         assert_eq!(dry(&mut con, "reader", args), "OK", "{args:?}");
+    }
+    // ECHO.ADD writes a sorted set, a list or a stream: each category
+    // grants it, and denying any of them denies it.
+    for category in ["sortedset", "list", "stream"] {
+        let allowed = format!("only-{category}");
+        let denied = format!("no-{category}");
+        let _: () = q!(
+            &mut con,
+            "ACL",
+            "SETUSER",
+            &allowed,
+            "on",
+            "nopass",
+            format!("+@{category}"),
+            "~*"
+        );
+        let _: () = q!(
+            &mut con,
+            "ACL",
+            "SETUSER",
+            &denied,
+            "on",
+            "nopass",
+            "+@all",
+            format!("-@{category}"),
+            "~*"
+        );
+        assert_eq!(dry(&mut con, &allowed, &add_args), "OK", "{allowed}");
+        assert!(
+            dry(&mut con, &denied, &add_args).contains("no permissions"),
+            "{denied}"
+        );
     }
 }

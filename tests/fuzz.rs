@@ -79,6 +79,8 @@ const WORDS: &[&[u8]] = &[
     b"MAXATTEMPTS",
     b"DEAD",
     b"LIMIT",
+    b"DELAY",
+    b"GROUP",
     b"job-1",
     b"job-2",
 ];
@@ -92,6 +94,7 @@ const COMMANDS: &[&str] = &[
     "ECHO.SCHEDULE",
     "ECHO.HOLD",
     "ECHO.LIMITS",
+    "ECHO.ADD",
 ];
 
 fn word(rng: &mut Rng) -> Vec<u8> {

@@ -268,6 +268,21 @@ fn hostile_bytes_in_every_argument_get_a_printable_answer() {
         calls.push(w(&[b"ECHO.SPREAD", b"{h}:s", b"0", v, b"2"]));
         calls.push(w(&[b"ECHO.SPREAD", b"{h}:s", b"0", b"10", v]));
         calls.push(w(&[b"ECHO.QUEUES", v]));
+        calls.push(w(&[b"ECHO.ADD", v, b"{h}:p", b"job"]));
+        calls.push(w(&[b"ECHO.ADD", b"{h}:s", v, b"job"]));
+        calls.push(w(&[b"ECHO.ADD", b"{h}:s", b"{h}:p", v]));
+        calls.push(w(&[b"ECHO.ADD", b"{h}:s", b"{h}:p", b"job", v]));
+        calls.push(w(&[b"ECHO.ADD", b"{h}:s", b"{h}:p", b"job", b"DELAY", v]));
+        calls.push(w(&[b"ECHO.ADD", b"{h}:s", b"{h}:p", b"job", b"GROUP", v]));
+        calls.push(w(&[
+            b"ECHO.ADD",
+            b"{h}:s",
+            b"{h}:p",
+            v,
+            b"DELAY",
+            b"10",
+            b"NX",
+        ]));
         calls.push(w(&[b"CONFIG", b"SET", b"echomq.auto-promote", v]));
         calls.push(w(&[b"CONFIG", b"SET", b"echomq.auto-promote-limit", v]));
         calls.push(w(&[

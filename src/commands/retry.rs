@@ -29,6 +29,7 @@
 use redis_module::commands::KeySpecFlags as K;
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
+use crate::commands::option_words;
 use crate::engine::scheduling::{dead_letter, schedule_after};
 use crate::engine::{release, stats};
 use crate::rules::grammar::{self, ArgError, MAX_OPTION_WORDS};
@@ -78,16 +79,9 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     let [_, schedule, job, policy, attempts, options @ ..] = args else {
         return Err(RedisError::WrongArity);
     };
-    // On the stack: a heap vector per call cost a measurable share of a
-    // retry. No valid call has more option words than MAX_OPTION_WORDS.
     let mut buffer: [&[u8]; MAX_OPTION_WORDS] = [&[]; MAX_OPTION_WORDS];
-    let words = match buffer.get_mut(..options.len()) {
-        Some(words) => {
-            for (word, option) in words.iter_mut().zip(options) {
-                *word = option.as_slice();
-            }
-            &*words
-        }
+    let words = match option_words(options, &mut buffer) {
+        Some(words) => words,
         // Too many to be valid: routed by the schedule alone, then refused.
         None if context::is_keys_position_request(ctx) => {
             context::report_key_at(ctx, 1);

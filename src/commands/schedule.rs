@@ -9,12 +9,10 @@
 use redis_module::commands::KeySpecFlags as K;
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
+use crate::commands::option_words;
 use crate::engine::scheduling::schedule_after;
 use crate::engine::stats;
-use crate::rules::grammar::{
-    canonical_u64, parse_retry_options, ArgError, RetryOptions, MAX_OPTION_WORDS,
-};
-use crate::rules::policy::MAX_MS;
+use crate::rules::grammar::{self, parse_retry_options, ArgError, RetryOptions, MAX_OPTION_WORDS};
 use crate::server::keys::{Arg, Key, Kind};
 use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
 
@@ -41,12 +39,7 @@ pub fn echo_schedule(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let mut buffer: [&[u8]; MAX_OPTION_WORDS] = [&[]; MAX_OPTION_WORDS];
-    let Some(words) = buffer.get_mut(..options.len()) else {
-        return Err(ArgError::Syntax.into());
-    };
-    for (word, option) in words.iter_mut().zip(options) {
-        *word = option.as_slice();
-    }
+    let words = option_words(options, &mut buffer).ok_or(ArgError::Syntax)?;
     let (delay_ms, options) = parse_schedule_request(delay_ms.as_slice(), words)?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
@@ -61,7 +54,7 @@ fn parse_schedule_request(
     delay_ms: &[u8],
     options: &[&[u8]],
 ) -> Result<(u64, RetryOptions), ArgError> {
-    let delay_ms = canonical_u64(delay_ms, MAX_MS).ok_or(ArgError::DelayMs)?;
+    let delay_ms = grammar::delay_ms(delay_ms).ok_or(ArgError::DelayMs)?;
     let parsed = parse_retry_options(options)?;
     if parsed.dead_letter.is_some() {
         return Err(ArgError::Syntax);
@@ -72,6 +65,7 @@ fn parse_schedule_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::policy::MAX_MS;
 
     #[test]
     fn schedule_arguments() {

@@ -1,5 +1,7 @@
 //! The one move of due jobs from a schedule to pending, shared by
-//! `ECHO.PROMOTE` and the auto-promote timer, so the two can never differ.
+//! `ECHO.PROMOTE` and the auto-promote timer, so the two can never differ;
+//! and the one reading of what `pending` is (`Pending`), which ECHO.ADD's
+//! push of a single job shares with them.
 //!
 //! `pending` a list (or missing: a list is created): each member is pushed
 //! at the head in fire-time order, so the earliest-due job sits at the right
@@ -46,10 +48,45 @@ pub struct Moved {
     pub out_of_time: bool,
 }
 
-/// Where moved members go, chosen by the type of the existing `pending` key.
+/// Where jobs go in `pending`, chosen by the type of the existing key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sink {
     List,
     Stream,
+}
+
+/// A `pending` key open for writing, and where jobs go in it.
+pub struct Pending<'a> {
+    key: Key<'a>,
+    sink: Sink,
+}
+
+impl<'a> Pending<'a> {
+    /// Opens `pending` and decides by its type, before anything is written,
+    /// as ECHO.PROMOTE, the timer and ECHO.ADD all do: a list, or a missing
+    /// key (a list is then created), or an existing stream; `WRONGTYPE` for
+    /// any other type.
+    pub fn open(ctx: &'a Context, name: &'a Arg) -> Result<Pending<'a>, RedisError> {
+        let key = Key::open_write(ctx, name);
+        let sink = match key.kind() {
+            Kind::Missing | Kind::List => Sink::List,
+            Kind::Stream => Sink::Stream,
+            Kind::String | Kind::SortedSet | Kind::Other => return Err(RedisError::WrongType),
+        };
+        Ok(Pending { key, sink })
+    }
+
+    /// Appends one job exactly as a producer would: `LPUSH pending job`, or
+    /// `XADD pending * job <job>`, with that command's events, wake-ups and
+    /// replication (the XADD with the ID the server chose). A stream whose
+    /// IDs have run out refuses it with XADD's own error, writing nothing.
+    pub fn push(&self, job: &Arg) -> Result<(), RedisError> {
+        match self.sink {
+            Sink::List => self.key.lpush(job),
+            Sink::Stream => self.key.xadd_job(job)?,
+        }
+        Ok(())
+    }
 }
 
 /// Moves the members of `schedule` due at `now_ms`, at most `limit`, to
@@ -67,12 +104,7 @@ pub fn move_due(
 ) -> Result<Moved, RedisError> {
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
-    let pending_key = Key::open_write(ctx, pending);
-    let sink = match pending_key.kind() {
-        Kind::Missing | Kind::List => Sink::List,
-        Kind::Stream => Sink::Stream,
-        Kind::String | Kind::SortedSet | Kind::Other => return Err(RedisError::WrongType),
-    };
+    let pending = Pending::open(ctx, pending)?;
     let (batch, deadline) = match time_limit {
         TimeLimit::Unbounded => (limit, None),
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
@@ -80,8 +112,7 @@ pub fn move_due(
     let allowance = release::allowance(ctx, schedule);
     let mut moved = take_due(
         &schedule_key,
-        &pending_key,
-        &sink,
+        &pending,
         limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count)),
         now_ms,
         batch,
@@ -103,8 +134,7 @@ pub fn move_due(
 /// `batch`, until nothing more is due, the stream refuses, or the deadline.
 fn take_due(
     schedule_key: &Key,
-    pending_key: &Key,
-    sink: &Sink,
+    pending: &Pending,
     limit: u64,
     now_ms: i64,
     batch: u64,
@@ -119,15 +149,15 @@ fn take_due(
         let found = due.len() as u64;
         // A stream appends first, and may refuse the tail of the batch (its
         // IDs run out): only what it took leaves the schedule.
-        let appended = match sink {
-            Sink::Stream => Some(pending_key.xadd_jobs(&mut due)),
+        let appended = match pending.sink {
+            Sink::Stream => Some(pending.key.xadd_jobs(&mut due)),
             Sink::List => None,
         };
         // Effects in the order `ZREM` then `LPUSH` (or `XADD`s) make them.
         schedule_key.zrem_all(&due);
         match appended {
-            Some(appended) => pending_key.publish(appended, &due),
-            None => pending_key.lpush_all(&due),
+            Some(appended) => pending.key.publish(appended, &due),
+            None => pending.key.lpush_all(&due),
         }
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = due.earliest_score();

@@ -1,8 +1,9 @@
 //! Release limits and holds in the server: the `echomq.release-limits` and
 //! `echomq.adaptive-*` configs, the one table of limits that every release
 //! from a schedule passes (`mover::move_due`, shared by ECHO.PROMOTE and
-//! the timer), that ECHO.RETRY reports failures to and ECHO.LIMITS reads,
-//! and the holds ECHO.HOLD writes.
+//! the timer), that ECHO.RETRY reports failures to, ECHO.LIMITS reads and
+//! ECHO.ADD asks whether a run may skip the schedule, and the holds
+//! ECHO.HOLD writes.
 //!
 //! A limit's state lives in the module's memory on the primary only: it is
 //! not replicated or persisted, so after a restart, failover or slot move a
@@ -165,6 +166,15 @@ pub fn limit_allowance(schedule: &[u8]) -> Option<Allowance> {
     let at_ms = now_ms();
     let count = state().limits.allowance(schedule, at_ms)?;
     Some(Allowance { count, at_ms })
+}
+
+/// Whether a run of `schedule` must pass its release: the schedule is listed
+/// in `echomq.release-limits` (whatever the limit allows now) or held now.
+/// ECHO.ADD goes straight into pending only when it is neither; the limit
+/// is looked up first, as it needs no key opened.
+pub fn governed(ctx: &Context, schedule: &[u8]) -> bool {
+    let limited = ACTIVE.load(Relaxed) && state().limits.contains(schedule);
+    limited || held_until(ctx, schedule).is_some()
 }
 
 /// Records `count` members released from `schedule` under `allowance`;

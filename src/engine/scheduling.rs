@@ -1,9 +1,13 @@
-//! The writes ECHO.RETRY and ECHO.SCHEDULE make: a job at `now_ms +
-//! delay_ms` under ZADD's conditions, and a job moved to the dead set.
+//! The writes ECHO.RETRY, ECHO.SCHEDULE and ECHO.ADD make: a job at
+//! `now_ms + delay_ms` under ZADD's conditions, a job moved to the dead set,
+//! and a run put straight into pending or, when its release governs it,
+//! into the schedule.
 
-use redis_module::RedisError;
+use redis_module::{Context, RedisError};
 
-use crate::rules::grammar::{Compare, Presence, RetryOptions};
+use crate::engine::mover::Pending;
+use crate::engine::release;
+use crate::rules::grammar::{AddRequest, Compare, Presence, RetryOptions};
 use crate::server::clock;
 use crate::server::keys::{Arg, Key, Kind, Zadd, ZaddIf};
 
@@ -40,6 +44,45 @@ pub fn schedule_after(
                 .map_or(NOT_SCHEDULED, kept_score_ms),
         },
     )
+}
+
+/// Where ECHO.ADD put a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// Straight into pending: nothing governs the run's release.
+    Pending,
+    /// Into the schedule, due at this time (server ms).
+    Scheduled(i64),
+    /// `NX`, and the job was in the schedule: nothing written.
+    AlreadyScheduled,
+}
+
+/// ECHO.ADD's write. Both keys are open and type-checked (`schedule_key` of
+/// the schedule named `schedule`). A run due now of a schedule with no limit
+/// and no hold is pushed into pending as a producer would push it, with no
+/// detour; any other run goes into the schedule at `now_ms + delay_ms`
+/// through the very write ECHO.SCHEDULE makes, so its release limit and hold
+/// govern it like any retry's.
+pub fn add_run(
+    ctx: &Context,
+    schedule: &Arg,
+    schedule_key: &Key,
+    pending: &Pending,
+    job: &Arg,
+    request: AddRequest,
+) -> Result<Added, RedisError> {
+    if request.only_new && schedule_key.zscore(job).is_some() {
+        return Ok(Added::AlreadyScheduled);
+    }
+    if request.delay_ms == 0 && !release::governed(ctx, schedule.as_slice()) {
+        pending.push(job)?;
+        return Ok(Added::Pending);
+    }
+    // The job is not there under NX (checked above), so no condition applies.
+    let fire_at_ms = schedule_after(schedule_key, job, RetryOptions::default(), || {
+        request.delay_ms
+    })?;
+    Ok(Added::Scheduled(fire_at_ms))
 }
 
 /// ZADD's flags for the options. The parser has refused NX with GT or LT.

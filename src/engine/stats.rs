@@ -20,6 +20,7 @@ static AUTO_PROMOTED: AtomicU64 = AtomicU64::new(0);
 static AUTO_ERRORS: AtomicU64 = AtomicU64::new(0);
 static AUTO_LAG_MS_MAX: AtomicU64 = AtomicU64::new(0);
 static SCHEDULED: AtomicU64 = AtomicU64::new(0);
+static ADDED_DIRECT: AtomicU64 = AtomicU64::new(0);
 static RELEASE_LIMITED: AtomicU64 = AtomicU64::new(0);
 static ADAPTIVE_DECREASES: AtomicU64 = AtomicU64::new(0);
 
@@ -30,9 +31,16 @@ pub fn retried(jittered: bool) {
     }
 }
 
-/// An ECHO.SCHEDULE call that replied a fire time or `-2`.
+/// An ECHO.SCHEDULE call that replied a fire time or `-2`, or an ECHO.ADD
+/// call that scheduled its job.
 pub fn scheduled() {
     SCHEDULED.fetch_add(1, Relaxed);
+}
+
+/// An ECHO.ADD call that put its job straight into pending (one that
+/// scheduled it counts as `scheduled`).
+pub fn added_direct() {
+    ADDED_DIRECT.fetch_add(1, Relaxed);
 }
 
 /// A promote or a tick left due members in a schedule because of a release
@@ -93,6 +101,7 @@ pub fn reset() {
         &AUTO_ERRORS,
         &AUTO_LAG_MS_MAX,
         &SCHEDULED,
+        &ADDED_DIRECT,
         &RELEASE_LIMITED,
         &ADAPTIVE_DECREASES,
     ] {
@@ -118,6 +127,7 @@ impl InfoSection for Info {
             (c"retries", &RETRIES),
             (c"retries_jittered", &RETRIES_JITTERED),
             (c"scheduled", &SCHEDULED),
+            (c"added_direct", &ADDED_DIRECT),
             (c"promote_calls", &PROMOTE_CALLS),
             (c"promoted", &PROMOTED),
             (c"dead_lettered", &DEAD_LETTERED),

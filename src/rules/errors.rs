@@ -40,6 +40,10 @@ pub enum ArgError {
     SpreadEmptyRange,
     Buckets,
     DelayMs,
+    /// ECHO.ADD's `DELAY ms`, which takes what `delay_ms` takes.
+    Delay,
+    /// ECHO.ADD's `GROUP group`: groups are not supported yet.
+    GroupUnsupported,
     HoldMs,
 }
 
@@ -106,6 +110,11 @@ impl fmt::Display for ArgError {
                 f,
                 "ERR delay_ms is not an integer or out of range (0..={MAX_MS})"
             ),
+            Delay => write!(
+                f,
+                "ERR DELAY is not an integer or out of range (0..={MAX_MS})"
+            ),
+            GroupUnsupported => write!(f, "ERR GROUP is not supported yet"),
             HoldMs => write!(
                 f,
                 "ERR ms is not an integer or out of range (0..={MAX_HOLD_MS})"

@@ -1,10 +1,11 @@
 //! Turns argument bytes into typed requests: the grammar more than one
 //! command or config shares (canonical integers, quoting, policies, attempt
-//! counts, and the options ECHO.RETRY and ECHO.SCHEDULE share). A grammar of
-//! one command alone sits beside its handler in `commands/`; the configs' in
-//! `rules/configs.rs`. No server types: every rule of the contract's argument
-//! grammar is checked before a key is opened, so a malformed call can never
-//! write anything.
+//! counts, delays, the options ECHO.RETRY and ECHO.SCHEDULE share, and
+//! ECHO.ADD's, which share ECHO.SCHEDULE's delay and will share `GROUP` with
+//! both). A grammar of one command alone sits beside its handler in
+//! `commands/`; the configs' in `rules/configs.rs`. No server types: every
+//! rule of the contract's argument grammar is checked before a key is
+//! opened, so a malformed call can never write anything.
 
 pub use crate::rules::errors::ArgError;
 use crate::rules::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
@@ -138,6 +139,59 @@ pub fn parse_policy(input: &[u8]) -> Result<Policy, ArgError> {
             .ok_or(ArgError::TooDeep)?;
         return Ok(Policy { backoff, jitters });
     }
+}
+
+/// A delay in ms from now, as ECHO.SCHEDULE's `delay_ms` and ECHO.ADD's
+/// `DELAY ms` take it: a canonical integer in `0..=MAX_MS`.
+pub fn delay_ms(bytes: &[u8]) -> Option<u64> {
+    canonical_u64(bytes, MAX_MS)
+}
+
+/// The most option words a valid ECHO.ADD call has: `DELAY ms`, `NX` (and,
+/// once groups are supported, `GROUP group`).
+pub const MAX_ADD_OPTION_WORDS: usize = 5;
+
+/// ECHO.ADD's options after `job`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddRequest {
+    /// `DELAY ms`; `0` when absent (a run due now).
+    pub delay_ms: u64,
+    /// `NX`: nothing at all when the job is already in the schedule.
+    pub only_new: bool,
+}
+
+/// Parses ECHO.ADD's options after `job`: `[DELAY ms] [GROUP group] [NX]` in
+/// any order, keywords in any case, each at most once; then that the two
+/// keys differ. `GROUP` is refused for now, groups not being supported yet.
+pub fn parse_add_request(
+    schedule: &[u8],
+    pending: &[u8],
+    options: &[&[u8]],
+) -> Result<AddRequest, ArgError> {
+    let mut request = AddRequest::default();
+    let (mut nx, mut delay) = (false, false);
+    let mut words = options.iter();
+    while let Some(&word) = words.next() {
+        if word.eq_ignore_ascii_case(b"NX") {
+            if std::mem::replace(&mut nx, true) {
+                return Err(ArgError::Syntax);
+            }
+            continue;
+        }
+        let value = words.next().ok_or(ArgError::Syntax)?;
+        if word.eq_ignore_ascii_case(b"DELAY") && !std::mem::replace(&mut delay, true) {
+            request.delay_ms = delay_ms(value).ok_or(ArgError::Delay)?;
+        } else if word.eq_ignore_ascii_case(b"GROUP") {
+            return Err(ArgError::GroupUnsupported);
+        } else {
+            return Err(ArgError::Syntax);
+        }
+    }
+    request.only_new = nx;
+    if schedule == pending {
+        return Err(ArgError::SameKey);
+    }
+    Ok(request)
 }
 
 /// What ECHO.RETRY and ECHO.DELAY share: a policy and an attempt count.
@@ -621,6 +675,73 @@ mod tests {
             assert!(e.to_string().starts_with("ERR "), "{e}");
         }
     }
+
+    fn add(schedule: &str, pending: &str, opts: &str) -> Result<AddRequest, ArgError> {
+        let words: Vec<&[u8]> = opts.split_whitespace().map(str::as_bytes).collect();
+        parse_add_request(schedule.as_bytes(), pending.as_bytes(), &words)
+    }
+
+    #[test]
+    fn add_options_table() {
+        let ok = |delay_ms, only_new| Ok(AddRequest { delay_ms, only_new });
+        for (opts, want) in [
+            ("", ok(0, false)),
+            ("NX", ok(0, true)),
+            ("nx", ok(0, true)),
+            ("DELAY 0", ok(0, false)),
+            ("delay 1500", ok(1500, false)),
+            ("DELAY 10000000000000", ok(MAX_MS, false)),
+            ("NX Delay 5", ok(5, true)),
+            ("DELAY 5 NX", ok(5, true)),
+        ] {
+            assert_eq!(add("s", "p", opts), want, "{opts:?}");
+        }
+        use ArgError::*;
+        for (opts, want) in [
+            ("NX NX", Syntax),
+            ("DELAY 1 DELAY 2", Syntax),
+            ("DELAY", Syntax),
+            ("NX DELAY", Syntax),
+            ("XX", Syntax),
+            ("GT", Syntax),
+            ("LIMIT 5", Syntax),
+            ("DELAY -1", Delay),
+            ("DELAY 10000000000001", Delay),
+            ("DELAY 1.5", Delay),
+            ("DELAY 01", Delay),
+            ("DELAY 1s", Delay),
+            ("DELAY 99999999999999999999999", Delay),
+            ("GROUP", Syntax),
+            ("GROUP tenant-1", GroupUnsupported),
+            ("group g NX", GroupUnsupported),
+            ("NX DELAY 5 GROUP g", GroupUnsupported),
+            // options are judged in order: the first fault is the one named
+            ("DELAY x GROUP g", Delay),
+            ("GROUP g DELAY x", GroupUnsupported),
+        ] {
+            assert_eq!(add("s", "p", opts), Err(want), "{opts:?}");
+        }
+        // keys are compared after the options, as ECHO.PROMOTE does
+        assert_eq!(add("s", "s", ""), Err(SameKey));
+        assert_eq!(add("s", "s", "DELAY x"), Err(Delay));
+        assert_eq!(add("s", "S", ""), ok(0, false));
+        for e in [Delay, GroupUnsupported] {
+            assert!(e.to_string().starts_with("ERR "), "{e}");
+        }
+        assert_eq!(
+            Delay.to_string(),
+            "ERR DELAY is not an integer or out of range (0..=10000000000000)"
+        );
+    }
+
+    #[test]
+    fn delays_are_schedules_delays() {
+        assert_eq!(delay_ms(b"0"), Some(0));
+        assert_eq!(delay_ms(b"10000000000000"), Some(MAX_MS));
+        for bad in ["", "-1", "+1", "007", "10000000000001", "1e3", " 1"] {
+            assert_eq!(delay_ms(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
 }
 
 /// Runs `check` on arbitrary byte strings (up to 64 bytes, as many cases as
@@ -721,6 +842,33 @@ mod properties {
             let _ = parse_delay_request(&bytes, &bytes);
             let _ = parse_retry_options(&[&bytes]);
             let _ = parse_retry_options(&[b"MAXATTEMPTS", &bytes, b"DEAD", &bytes]);
+            let _ = parse_add_request(&bytes, b"p", &[b"DELAY", &bytes]);
+            let _ = parse_add_request(b"s", &bytes, &[&bytes, &bytes]);
+            let _ = parse_add_request(b"s", b"p", &[&bytes]);
+        }
+
+        #[test]
+        fn add_option_noise_is_parsed_or_refused(
+            words in proptest::collection::vec(
+                prop_oneof![
+                    Just("NX".to_string()), Just("delay".to_string()), Just("GROUP".to_string()),
+                    Just("xx".to_string()), "[0-9]{1,15}", "-?[0-9.]{0,21}", "[a-z]{0,4}",
+                    Just(String::new()),
+                ],
+                0..7,
+            ),
+        ) {
+            let bytes: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            match parse_add_request(b"s", b"p", &bytes) {
+                Err(e) => prop_assert!(e.to_string().starts_with("ERR "), "{}", e),
+                Ok(request) => {
+                    // every word consumed: NX alone, DELAY with its value
+                    let delay_words = bytes.iter().filter(|w| w.eq_ignore_ascii_case(b"DELAY")).count();
+                    prop_assert_eq!(bytes.len(), usize::from(request.only_new) + 2 * delay_words, "{:?}", words);
+                    prop_assert!(delay_words <= 1 && bytes.len() <= MAX_ADD_OPTION_WORDS);
+                    prop_assert!(request.delay_ms <= MAX_MS);
+                }
+            }
         }
 
         #[test]

@@ -337,6 +337,11 @@ impl Limits {
         self.limits.is_empty()
     }
 
+    /// Whether `schedule` is listed (has a limit, whatever it allows now).
+    pub fn contains(&self, schedule: &[u8]) -> bool {
+        self.limits.contains_key(schedule)
+    }
+
     pub fn get_mut(&mut self, schedule: &[u8]) -> Option<&mut Limit> {
         self.limits.get_mut(schedule)
     }

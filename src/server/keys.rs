@@ -327,7 +327,7 @@ impl<'a> Key<'a> {
             unsafe { api!(RedisModule_ZsetRem)(self.ptr, member, &mut deleted) };
         }
         self.zrem_events();
-        self.replicate_members(c"ZREM", members);
+        self.replicate_strings(c"ZREM", &members.ptrs);
     }
 
     fn zrem_events(&self) {
@@ -341,10 +341,20 @@ impl<'a> Key<'a> {
     /// `LPUSH key m1..mk`: each pushed at the head, in order, with the signal,
     /// the `lpush` event and the replication. The caller has checked the type.
     pub fn lpush_all(&self, members: &Members) {
-        if members.is_empty() {
+        self.lpush_strings(&members.ptrs);
+    }
+
+    /// `LPUSH key job`: a command's own argument pushed at the head, with the
+    /// effects of `lpush_all`. The caller has checked the type.
+    pub fn lpush(&self, job: &Arg) {
+        self.lpush_strings(std::slice::from_ref(&job.0));
+    }
+
+    fn lpush_strings(&self, strings: &[*mut RedisModuleString]) {
+        if strings.is_empty() {
             return;
         }
-        for &member in &members.ptrs {
+        for &member in strings {
             // SAFETY: a live write handle of a missing key or a list (checked
             // by the caller); ListPush copies the element. It fails only for a
             // key not open for writing or of another type: ruled out.
@@ -354,7 +364,7 @@ impl<'a> Key<'a> {
         }
         self.signal();
         self.notify(raw::REDISMODULE_NOTIFY_LIST, c"lpush");
-        self.replicate_members(c"LPUSH", members);
+        self.replicate_strings(c"LPUSH", strings);
     }
 
     /// The write half of `XADD key * job <member>` per member, in order: the
@@ -363,10 +373,32 @@ impl<'a> Key<'a> {
     /// not take, so `members` ends as exactly what was appended. The effects
     /// are `publish`ed apart, after whatever the caller sends before them.
     pub fn xadd_jobs(&self, members: &mut Members) -> Appended {
-        let mut ids = Vec::with_capacity(members.len());
+        let appended = self.append_entries(&members.ptrs);
+        members.truncate(appended.ids.len());
+        appended
+    }
+
+    /// `XADD key * job <job>` of a command's own argument, with the effects
+    /// of `xadd_jobs` then `publish`; `StreamFull` (nothing written) when the
+    /// stream's IDs have run out. The caller has checked the type.
+    pub fn xadd_job(&self, job: &Arg) -> Result<(), ReplyError> {
+        let strings = std::slice::from_ref(&job.0);
+        let appended = self.append_entries(strings);
+        if appended.ids.is_empty() {
+            return Err(ReplyError::StreamFull);
+        }
+        self.publish_strings(appended, strings);
+        Ok(())
+    }
+
+    /// Appends one entry `job <string>` per string, in order, until the
+    /// stream refuses one: the IDs of those it took, whose effects are still
+    /// to be sent.
+    fn append_entries(&self, strings: &[*mut RedisModuleString]) -> Appended {
+        let mut ids = Vec::with_capacity(strings.len());
         // SAFETY: a static 3-byte string; freed below, after its last use.
         let field = unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, c"job".as_ptr(), 3) };
-        for &member in &members.ptrs {
+        for &member in strings {
             let mut fields = [field, member];
             let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
             // SAFETY: a live write handle of a stream (checked by the caller);
@@ -391,7 +423,6 @@ impl<'a> Key<'a> {
         }
         // SAFETY: created above and no longer used.
         unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, field) };
-        members.truncate(ids.len());
         Appended { ids }
     }
 
@@ -400,6 +431,10 @@ impl<'a> Key<'a> {
     /// `XADD key <ms>-<seq> job <member>` per entry with the very ID the
     /// primary chose, so a replica holds the same entries and last ID.
     pub fn publish(&self, appended: Appended, members: &Members) {
+        self.publish_strings(appended, &members.ptrs);
+    }
+
+    fn publish_strings(&self, appended: Appended, strings: &[*mut RedisModuleString]) {
         if appended.ids.is_empty() {
             return;
         }
@@ -414,7 +449,7 @@ impl<'a> Key<'a> {
         let field = unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, c"job".as_ptr(), 3) };
         // On the stack: a heap string per entry was a tenth of a promote of 1000.
         let mut ids = IdPrinter::new();
-        for (&id, &member) in appended.ids.iter().zip(&members.ptrs) {
+        for (&id, &member) in appended.ids.iter().zip(strings) {
             let text = ids.print(id);
             // SAFETY: "sbss": a string, a buffer as pointer and length, and
             // two strings, all live for the call, which copies the buffer and
@@ -526,17 +561,18 @@ impl<'a> Key<'a> {
     }
 
     /// Sends `command key m1..mk` to replicas and the AOF (ZREM, LPUSH).
-    fn replicate_members(&self, command: &CStr, members: &Members) {
+    fn replicate_strings(&self, command: &CStr, strings: &[*mut RedisModuleString]) {
         // SAFETY: "sv" is a string then a vector given as pointer and count;
-        // the vector's strings are live until `members` drops.
+        // the vector's strings (members owned by a `Members`, or the running
+        // command's arguments) are live for the call, which copies them.
         unsafe {
             api!(RedisModule_Replicate)(
                 self.ctx.ctx,
                 command.as_ptr(),
                 c"sv".as_ptr(),
                 self.name.0,
-                members.ptrs.as_ptr(),
-                members.ptrs.len(),
+                strings.as_ptr(),
+                strings.len(),
             )
         };
     }
