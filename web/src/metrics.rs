@@ -54,6 +54,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "ECHO.SCHEDULE calls that replied a fire time or -2 (runs scheduled, not failures)",
     ),
     (
+        "echomq_added_direct",
+        "ECHO.ADD calls that put their job straight into pending (reply 1)",
+    ),
+    (
         "echomq_release_limited",
         "ECHO.PROMOTE calls and timer ticks that left due members in a schedule because of a release limit or a hold",
     ),
