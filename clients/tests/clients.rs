@@ -590,8 +590,12 @@ fn assert_done_with_reruns_only_in_flight(
     );
     let twice: Vec<_> = seen.iter().filter(|(_, &n)| n > 1).collect();
     println!("run twice: {twice:?}");
+    // A job in flight runs once more after the switch; and its count may
+    // rise once more again, since the crossworkers send their `--done`
+    // HINCRBY again after a connection lost with it on the wire (it may
+    // have been applied): at most 3 for a job in flight, 1 for the others.
     assert!(
-        twice.len() <= 3 * PATIENT_CONCURRENCY && twice.iter().all(|(_, &n)| n == 2),
+        twice.len() <= 3 * PATIENT_CONCURRENCY && twice.iter().all(|(_, &n)| n <= 3),
         "more reruns than jobs in flight at {event}: {twice:?}"
     );
     let dead: i64 = run(con, cmd("ZCARD").arg(format!("{{{queue}}}:dead")));
