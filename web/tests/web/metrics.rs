@@ -93,7 +93,7 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
 
     // Every INFO echomq field: counters as <field>_total, the two gauges as themselves.
     let info = api["info"].as_object().expect("info");
-    assert_eq!(info.len(), 14, "{info:?}");
+    assert_eq!(info.len(), 15, "{info:?}");
     for (field, value) in info {
         let want = value.as_f64().expect("number");
         let got = match field.as_str() {
