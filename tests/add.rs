@@ -15,18 +15,6 @@ fn add(con: &mut Connection, args: &[&str]) -> i64 {
     q!(con, "ECHO.ADD", args)
 }
 
-/// `(id, job)` of every entry of a stream, oldest first.
-fn entries(con: &mut Connection, key: &str) -> Vec<(String, String)> {
-    let raw: Vec<(String, Vec<String>)> = q!(con, "XRANGE", key, "-", "+");
-    raw.into_iter()
-        .map(|(id, fields)| {
-            assert_eq!(fields.len(), 2, "{id}: {fields:?}");
-            assert_eq!(fields[0], "job", "{id}: {fields:?}");
-            (id, fields[1].clone())
-        })
-        .collect()
-}
-
 fn list(con: &mut Connection, key: &str) -> Vec<String> {
     q!(con, "LRANGE", key, 0, -1)
 }

@@ -8,18 +8,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// `(id, job)` of every entry of a stream, oldest first.
-fn entries(con: &mut Connection, key: &str) -> Vec<(String, String)> {
-    let raw: Vec<(String, Vec<String>)> = q!(con, "XRANGE", key, "-", "+");
-    raw.into_iter()
-        .map(|(id, fields)| {
-            assert_eq!(fields.len(), 2, "{id}: {fields:?}");
-            assert_eq!(fields[0], "job", "{id}: {fields:?}");
-            (id, fields[1].clone())
-        })
-        .collect()
-}
-
 fn id_parts(id: &str) -> (u64, u64) {
     let (ms, seq) = id.split_once('-').expect("ms-seq");
     (ms.parse().unwrap(), seq.parse().unwrap())

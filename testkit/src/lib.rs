@@ -545,6 +545,19 @@ pub fn promote(con: &mut impl ConnectionLike, schedule: &str, pending: &str) -> 
         .unwrap_or_else(|e| panic!("ECHO.PROMOTE {schedule} {pending}: {}", error_text(&e)))
 }
 
+/// `(id, job)` of every entry of a stream, oldest first; each entry must be
+/// `job <member>`, the one shape echomq writes.
+pub fn entries(con: &mut Connection, key: &str) -> Vec<(String, String)> {
+    let raw: Vec<(String, Vec<String>)> = q!(con, "XRANGE", key, "-", "+");
+    raw.into_iter()
+        .map(|(id, fields)| {
+            assert_eq!(fields.len(), 2, "{id}: {fields:?}");
+            assert_eq!(fields[0], "job", "{id}: {fields:?}");
+            (id, fields[1].clone())
+        })
+        .collect()
+}
+
 /// The server's TIME in Unix milliseconds.
 pub fn server_time_ms(con: &mut Connection) -> i64 {
     let (secs, micros): (i64, i64) = q!(con, "TIME");

@@ -521,6 +521,29 @@ impl Queue {
         }
     }
 
+    /// `EVALSHA` of the add script (loaded before it in the same pipeline or
+    /// transaction) for one job, its reply ignored: the script adds nothing
+    /// for an id the queue has, so a resent pipeline adds no job twice.
+    fn push_add_with_id(
+        &self,
+        pipe: &mut redis::Pipeline,
+        script: &Script,
+        id: &str,
+        payload: &[u8],
+        delay_ms: u64,
+    ) {
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(3)
+            .arg(&self.keys.jobs)
+            .arg(&self.keys.pending)
+            .arg(&self.keys.schedule)
+            .arg(id)
+            .arg(payload)
+            .arg(delay_ms)
+            .ignore();
+    }
+
     /// Adds jobs with generated ids, run as soon as possible; returns the ids
     /// in order. Pipelined, in transactions of up to 1,000 jobs.
     pub async fn add_many<P: AsRef<[u8]>>(
@@ -563,16 +586,13 @@ impl Queue {
             for (payload, options) in chunk {
                 match &options.id {
                     Some(id) => {
-                        pipe.cmd("EVALSHA")
-                            .arg(script.get_hash())
-                            .arg(3)
-                            .arg(&self.keys.jobs)
-                            .arg(&self.keys.pending)
-                            .arg(&self.keys.schedule)
-                            .arg(id)
-                            .arg(payload.as_ref())
-                            .arg(options.delay_ms)
-                            .ignore();
+                        self.push_add_with_id(
+                            &mut pipe,
+                            &script,
+                            id,
+                            payload.as_ref(),
+                            options.delay_ms,
+                        );
                         ids.push(id.clone());
                     }
                     None => {
@@ -617,16 +637,7 @@ impl Queue {
             pipe.cmd("MULTI").ignore();
             pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_WITH_ID).ignore();
             for ((payload, options), id) in chunk.iter().zip(chunk_ids) {
-                pipe.cmd("EVALSHA")
-                    .arg(script.get_hash())
-                    .arg(3)
-                    .arg(&self.keys.jobs)
-                    .arg(&self.keys.pending)
-                    .arg(&self.keys.schedule)
-                    .arg(id)
-                    .arg(payload.as_ref())
-                    .arg(options.delay_ms)
-                    .ignore();
+                self.push_add_with_id(&mut pipe, script, id, payload.as_ref(), options.delay_ms);
             }
             pipe.cmd("EXEC");
             let replies: Vec<Value> = self
