@@ -114,9 +114,9 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
         find("echomq_promote_calls_total", None),
         Some(("counter".into(), 1.0))
     );
-    // Nothing else: 1 + 15 queue samples + 14 INFO fields (no queue is
+    // Nothing else: 1 + 15 queue samples + 15 INFO fields (no queue is
     // limited or held, so no release series).
-    assert_eq!(samples.len(), 1 + 15 + 14, "{samples:?}");
+    assert_eq!(samples.len(), 1 + 15 + 15, "{samples:?}");
     assert!(!text.contains("echomq_release_rate"), "{text}");
 }
 
