@@ -63,6 +63,16 @@ fn added_from(lang: Lang, url: &str, queue: &str, count: usize, prefix: &str) ->
     out.lines().map(str::to_string).collect()
 }
 
+/// `count` jobs added with generated ids (one transaction per 1,000).
+fn added_generated(lang: Lang, url: &str, queue: &str, count: usize) {
+    let count = count.to_string();
+    let args = ["add", "--url", url, "--queue", queue, "--count", &count];
+    assert_eq!(
+        run_to_end(lang, &args).lines().count(),
+        count.parse::<usize>().unwrap()
+    );
+}
+
 /// A job added in one language is run by a worker of the next.
 #[test]
 fn a_job_added_in_one_language_runs_in_another() {
@@ -798,4 +808,132 @@ fn each_library_goes_on_through_a_failover_behind_an_endpoint() {
     let want: BTreeSet<&String> = ids.iter().chain(&more).collect();
     assert_done_with_reruns_only_in_flight(&mut old_con, queue, &seen, want, "the failover");
     println!("the endpoint accepted {} connections", endpoint.accepted());
+}
+
+/// `INFO echomq`'s counter `field`.
+fn echomq_stat(con: &mut Connection, field: &str) -> u64 {
+    common::info_field(con, "echomq", field)
+        .parse()
+        .unwrap_or_else(|e| panic!("{field}: {e}"))
+}
+
+/// Every library's `add` goes through `ECHO.ADD`, so the release limit
+/// governs first runs as it does retries. On a queue with no limit an add is
+/// the plain write into the stream (counted in `echomq_added_direct`); on a
+/// limited queue every add, with a generated id (a transaction) or a given
+/// one (the script), goes into the schedule (counted in `echomq_scheduled`)
+/// and a worker's promotions release them within the limit: in every
+/// stretch of `t` ms at most `burst + floor(t * rate)` entries, each job
+/// once. In both cases the add itself made the stream and the workers'
+/// group (a missing `pending` would have become a list).
+#[test]
+fn every_librarys_add_passes_the_release_limit() {
+    let Some((_server, url, mut con)) =
+        three_languages("every_librarys_add_passes_the_release_limit")
+    else {
+        return;
+    };
+    const RATE_PER_S: u64 = 100;
+    const BURST: u64 = 10;
+    let (generated, given) = (150, 50);
+    let langs = [Python, Node, Rust];
+    let limited = |lang: Lang| format!("limited-{lang:?}").to_lowercase();
+    let limits: Vec<String> = langs
+        .iter()
+        .map(|&lang| format!("{{{}}}:schedule {RATE_PER_S}/s {BURST}", limited(lang)))
+        .collect();
+    let _: () = run(
+        &mut con,
+        cmd("CONFIG")
+            .arg("SET")
+            .arg("echomq.release-limits")
+            .arg(limits.join(" ")),
+    );
+    for lang in langs {
+        let free = format!("free-{lang:?}").to_lowercase();
+        let direct = echomq_stat(&mut con, "echomq_added_direct");
+        added_generated(lang, &url, &free, generated);
+        added_from(lang, &url, &free, given, "g-");
+        let total = generated + given;
+        assert_eq!(
+            echomq_stat(&mut con, "echomq_added_direct") - direct,
+            total as u64,
+            "{lang:?}: every add on a free queue is an ECHO.ADD into pending"
+        );
+        let len: usize = run(&mut con, cmd("XLEN").arg(format!("{{{free}}}:pending")));
+        assert_eq!(len, total, "{lang:?}: the free queue's adds are in pending");
+
+        let queue = limited(lang);
+        let pending = format!("{{{queue}}}:pending");
+        let scheduled = echomq_stat(&mut con, "echomq_scheduled");
+        added_generated(lang, &url, &queue, generated);
+        added_from(lang, &url, &queue, given, "g-");
+        assert_eq!(
+            echomq_stat(&mut con, "echomq_scheduled") - scheduled,
+            total as u64,
+            "{lang:?}: every add on a limited queue went into its schedule"
+        );
+        let len: usize = run(&mut con, cmd("XLEN").arg(&pending));
+        assert_eq!(
+            len, 0,
+            "{lang:?}: nothing straight into a limited queue's pending"
+        );
+        for key in [&pending, &format!("{{{free}}}:pending")] {
+            let groups: Vec<redis::Value> = run(&mut con, cmd("XINFO").arg("GROUPS").arg(key));
+            assert_eq!(
+                groups.len(),
+                1,
+                "{lang:?}: the add made {key} a stream with its group"
+            );
+        }
+
+        let done = format!("{{{queue}}}:done");
+        let jobs = total.to_string();
+        let out = run_to_end(
+            lang,
+            &[
+                "work",
+                "--url",
+                &url,
+                "--queue",
+                &queue,
+                "--done",
+                &done,
+                "--jobs",
+                &jobs,
+                "--deadline-secs",
+                "60",
+                "--log-takes",
+            ],
+        );
+        let (takes, _) = parse_work(lang, &out);
+        let counts = done_counts(&mut con, &done);
+        assert_eq!(counts.len(), total, "{lang:?}: every job done");
+        assert!(
+            counts.values().all(|&n| n == 1),
+            "{lang:?}: each job once: {counts:?}"
+        );
+        assert_eq!(takes.len(), total, "{lang:?}: each job taken once");
+        let mut released: Vec<i64> = takes.iter().map(|t| t.entry_ms).collect();
+        released.sort_unstable();
+        // The entry ids' clock can read up to 1 ms past the limiter's.
+        for t_ms in [0u64, 100, 500, 1000] {
+            let bound = BURST + (t_ms + 1) * RATE_PER_S / 1000;
+            let most = released
+                .iter()
+                .enumerate()
+                .map(|(i, &from)| {
+                    released[i..]
+                        .iter()
+                        .take_while(|&&at| at <= from + t_ms as i64)
+                        .count() as u64
+                })
+                .max()
+                .unwrap_or(0);
+            assert!(
+                most <= bound,
+                "{lang:?}: {most} released within {t_ms} ms, the limit allows {bound}"
+            );
+        }
+    }
 }

@@ -121,53 +121,6 @@ impl Placed {
     }
 }
 
-/// One `took` line: the entry's id (its ms part is when the server released
-/// the run into the stream), the job and the attempt.
-#[derive(Debug)]
-struct Take {
-    entry_ms: i64,
-    job: String,
-    attempt: u64,
-}
-
-#[derive(Debug, Default)]
-struct Summary {
-    runs: u64,
-    max_concurrent: u64,
-}
-
-fn parse_work(lang: Lang, out: &str) -> (Vec<Take>, Summary) {
-    let mut takes = Vec::new();
-    let mut summary = None;
-    for line in out.lines() {
-        if let Some(rest) = line.strip_prefix("took ") {
-            let parts: Vec<&str> = rest.split(' ').collect();
-            let [entry, job, attempt] = parts[..] else {
-                panic!("{lang:?}: {line:?}");
-            };
-            let ms = entry.split('-').next().and_then(|ms| ms.parse().ok());
-            takes.push(Take {
-                entry_ms: ms.unwrap_or_else(|| panic!("{lang:?}: entry id in {line:?}")),
-                job: job.to_string(),
-                attempt: attempt.parse().expect("attempt"),
-            });
-        } else if let Some(json) = line.strip_prefix("summary ") {
-            let v: serde_json::Value = serde_json::from_str(json).expect("summary JSON");
-            summary = Some(Summary {
-                runs: v["runs"].as_u64().expect("runs"),
-                max_concurrent: v["max_concurrent"].as_u64().expect("max_concurrent"),
-            });
-        }
-    }
-    let summary = summary.unwrap_or_else(|| panic!("{lang:?}: no summary line in {out:?}"));
-    assert_eq!(
-        summary.runs,
-        takes.len() as u64,
-        "{lang:?}: one took line a run"
-    );
-    (takes, summary)
-}
-
 /// The trailing number of `job-7`.
 fn index(id: &str) -> usize {
     let digits = id.trim_start_matches(|c: char| !c.is_ascii_digit());

@@ -51,7 +51,7 @@ const COUNTERS: &[(&str, &str)] = &[
     ),
     (
         "echomq_scheduled",
-        "ECHO.SCHEDULE calls that replied a fire time or -2 (runs scheduled, not failures)",
+        "ECHO.SCHEDULE calls that replied a fire time or -2, and ECHO.ADD calls that scheduled their job (runs scheduled, not failures)",
     ),
     (
         "echomq_added_direct",

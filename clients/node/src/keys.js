@@ -49,6 +49,17 @@ export function onSlot(connection, key, name, ...args) {
   return connection.sendCommand(new OnSlot(name, args, key));
 }
 
+// `XGROUP CREATE pending <group> 0 MKSTREAM` on the queue's node: the stream and the workers'
+// group, a group that exists already (BUSYGROUP) being success; `0` delivers what was added before.
+// XGROUP has no key in iovalkey's command table (its key follows a subcommand).
+export async function makeStream(connection, pending, group) {
+  try {
+    await onSlot(connection, pending, "XGROUP", "CREATE", pending, group, "0", "MKSTREAM");
+  } catch (e) {
+    if (!String(e.message).startsWith("BUSYGROUP")) throw e;
+  }
+}
+
 const NOSCRIPT = /^NOSCRIPT|^Too many Cluster redirections\. Last error: ReplyError: NOSCRIPT/;
 
 // A script run with EVALSHA, loaded with EVAL when the server does not know it yet.

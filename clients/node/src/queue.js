@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { Script, onSlot, queueKeys, timeMs } from "./keys.js";
+import { Script, makeStream, onSlot, queueKeys, timeMs } from "./keys.js";
 import { ADD_BATCH, GROUP, MAX_DELAY_MS, SCRIPTS } from "./protocol.js";
 
 // add() with an id given by the caller: nothing happens while a job with that id exists.
@@ -79,14 +79,12 @@ export class Queue {
     const k = this.keys;
     if (id !== undefined && id !== null) {
       checkId(id);
-      await ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, payload, String(delayMs)]);
+      await ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, payload, String(delayMs), GROUP]);
       return id;
     }
     id = newJobId();
-    const multi = this.connection.multi().hset(k.jobs, id, payload);
-    if (delayMs > 0) multi.call("ECHO.SCHEDULE", k.schedule, id, delayMs);
-    else multi.xadd(k.pending, "*", "job", id);
-    await replies(multi);
+    await this.#makeStream();
+    await replies(this.connection.multi().hset(k.jobs, id, payload).call(...this.#enqueue(id, delayMs)));
     return id;
   }
 
@@ -104,24 +102,39 @@ export class Queue {
       // Every script is written at once: they travel pipelined.
       const delay = String(delayMs);
       await Promise.all(given.map((id, i) =>
-        ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, list[i], delay])));
+        ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, list[i], delay, GROUP])));
       return given;
     }
     const made = list.map(() => newJobId());
+    await this.#makeStream();
     const sent = [];
     // Every chunk's MULTI is written at once: the transactions travel pipelined.
     for (let start = 0; start < list.length; start += ADD_BATCH) {
       const multi = this.connection.multi();
       const end = Math.min(start + ADD_BATCH, list.length);
       for (let i = start; i < end; i++) {
-        multi.hset(k.jobs, made[i], list[i]);
-        if (delayMs > 0) multi.call("ECHO.SCHEDULE", k.schedule, made[i], delayMs);
-        else multi.xadd(k.pending, "*", "job", made[i]);
+        multi.hset(k.jobs, made[i], list[i]).call(...this.#enqueue(made[i], delayMs));
       }
       sent.push(replies(multi));
     }
     await Promise.all(sent);
     return made;
+  }
+
+  // The stream and the workers' group, once per Queue before its first add with a new id:
+  // ECHO.ADD would make a missing pending a list. (The add script makes them when missing.)
+  #streamMade = false;
+  async #makeStream() {
+    if (this.#streamMade) return;
+    await makeStream(this.connection, this.keys.pending, GROUP);
+    this.#streamMade = true;
+  }
+
+  // The server decides where a run goes: straight into pending when nothing governs the
+  // queue's release, else into the schedule, so its release limit and hold apply to first runs.
+  #enqueue(id, delayMs) {
+    const k = this.keys;
+    return ["ECHO.ADD", k.schedule, k.pending, id, "DELAY", String(delayMs)];
   }
 
   async counts() {

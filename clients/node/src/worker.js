@@ -1,7 +1,7 @@
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { Script, isCluster, onSlot, timeMs } from "./keys.js";
+import { Script, isCluster, makeStream, onSlot, timeMs } from "./keys.js";
 import { DEFAULTS as PROTOCOL_DEFAULTS, GROUP, MAX_ERROR_BYTES, MAX_HOLD_MS, PROMOTE_LIMIT, SCRIPTS, SUCCESS_BATCH } from "./protocol.js";
 
 // What a handler throws when the dependency answered 429 or 503 with a Retry-After: the
@@ -290,12 +290,7 @@ export class Worker extends EventEmitter {
   }
 
   async #createGroup() {
-    try {
-      // XGROUP has no key in iovalkey's command table (its key follows a subcommand).
-      await onSlot(this.#conn, this.#keys.pending, "XGROUP", "CREATE", this.#keys.pending, GROUP, "0", "MKSTREAM");
-    } catch (e) {
-      if (!String(e.message).startsWith("BUSYGROUP")) throw e;
-    }
+    await makeStream(this.#conn, this.#keys.pending, GROUP);
   }
 
   async #checkQueues() {

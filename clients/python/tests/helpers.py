@@ -63,18 +63,19 @@ def held_until(client, qname: str) -> int:
 
 @contextlib.contextmanager
 def held_and_read(client, qname: str):
-    """The queue held for a minute, a Worker (60 s lease) whose handler records the ids it runs,
-    and a job added that the worker reads and keeps, waiting out the hold: yields (runs, job id).
-    The worker is closed when the block ends (so it hands the entry back), the hold lifted after."""
+    """A job added, then the queue held for a minute, then a Worker (60 s lease) whose handler
+    records the ids it runs: the worker reads the job's entry and keeps it, waiting out the hold.
+    Yields (runs, job id). (Added while held, the job would wait in the schedule instead.) The
+    worker is closed when the block ends (so it hands the entry back), the hold lifted after."""
     from conftest import wait_for
 
     queue = echomq.Queue(client, qname)
     schedule = keys(qname)["schedule"]
+    jid = queue.add(b"x")
     client.execute_command("ECHO.HOLD", schedule, 60_000)
     runs = []
     try:
         with running(queue, lambda job: runs.append(job.id), lease_ms=60_000):
-            jid = queue.add(b"x")
             wait_for(lambda: in_flight(client, qname) == 1, what="the entry to be read")
             yield runs, jid
     finally:

@@ -27,15 +27,20 @@ def test_delay_out_of_range_is_refused_before_sending(client, qname):
 
 
 def test_refused_enqueue_takes_the_payload_back(client, qname):
-    """A schedule key of the wrong type: ECHO.SCHEDULE is refused, the error reaches the caller and
-    the payload is not left behind (a given id would otherwise be taken for good)."""
+    """A schedule key of the wrong type: ECHO.ADD is refused, delayed or not, the error reaches the
+    caller and the payload is not left behind (a given id would otherwise be taken for good); the
+    add script, on a queue without a stream yet, makes none."""
     q = echomq.Queue(client, qname)
     k = keys(qname)
     client.set(k["schedule"], "not a sorted set")
+    for delay_ms in (5, 0):
+        with pytest.raises(ResponseError, match="WRONGTYPE"):
+            q.add(b"p", id="given", delay_ms=delay_ms)
+        with pytest.raises(ResponseError, match="WRONGTYPE"):
+            q.add_many([b"p1", b"p2"], ids=["m1", "m2"], delay_ms=delay_ms)
+    assert client.exists(k["pending"]) == 0
     with pytest.raises(ResponseError, match="WRONGTYPE"):
-        q.add(b"p", id="given", delay_ms=5)
-    with pytest.raises(ResponseError, match="WRONGTYPE"):
-        q.add_many([b"p1", b"p2"], ids=["m1", "m2"], delay_ms=5)
+        q.add(b"p")
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         q.add(b"p", delay_ms=5)
     with pytest.raises(ResponseError, match="WRONGTYPE"):

@@ -42,3 +42,22 @@ def test_entries_waiting_out_a_hold_are_handed_back_on_close(client, qname):
     assert in_flight(client, qname) == 0, "handed back, not left leased"
     [(_, fields)] = client.xrange(keys(qname)["pending"])
     assert fields == {b"job": jid.encode()}
+
+
+def test_an_add_while_held_waits_in_the_schedule(client, qname):
+    """A hold governs first runs too: an add while the queue is held goes into the schedule, due
+    now, and into pending once the hold ends (the server decides, through ECHO.ADD)."""
+    q = echomq.Queue(client, qname)
+    k = keys(qname)
+    client.execute_command("ECHO.HOLD", k["schedule"], 60_000)
+    try:
+        jid = q.add(b"x")
+        named = q.add(b"y", id="held-1")
+        assert client.xlen(k["pending"]) == 0
+        assert client.zcard(k["schedule"]) == 2
+        assert client.zscore(k["schedule"], jid) is not None and client.zscore(k["schedule"], named) is not None
+        assert client.hget(k["jobs"], jid) == b"x"
+    finally:
+        client.execute_command("ECHO.HOLD", k["schedule"], 0)
+    assert client.execute_command("ECHO.PROMOTE", k["schedule"], k["pending"]) == 2
+    assert sorted(f[b"job"] for _, f in client.xrange(k["pending"])) == sorted([jid.encode(), b"held-1"])

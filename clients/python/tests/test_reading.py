@@ -17,11 +17,11 @@ def test_a_refused_promote_does_not_lose_the_read(client, qname):
     same pipeline still run, without waiting for a takeover."""
     q = echomq.Queue(client, qname)
     k = keys(qname)
+    jid = q.add(b"x")  # before the schedule breaks: an add checks its type too
     client.set(k["schedule"], "not a sorted set")
     runs = []
     with running(q, lambda job: runs.append(job.id), lease_ms=60_000) as worker:
         assert worker._self_promote
-        jid = q.add(b"x")
         wait_for(lambda: runs == [jid], timeout=15, what="the job to run")
     client.delete(k["schedule"])
 

@@ -1,6 +1,7 @@
 //! The producer's and the operator's side of a queue: adding jobs, counting,
 //! reading and repairing the dead set.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -76,6 +77,9 @@ pub struct Queue {
     pub(crate) conn: QueueConnection,
     pub(crate) name: String,
     pub(crate) keys: Keys,
+    /// Set once this `Queue` (or a clone) has made the stream and the
+    /// workers' group: see [`Queue::ensure_group`] and [`Queue::add`].
+    pub(crate) stream_made: Arc<AtomicBool>,
 }
 
 #[derive(Clone, Debug)]
@@ -419,6 +423,7 @@ impl Queue {
             backend,
             conn,
             name,
+            stream_made: Arc::default(),
         }
     }
 
@@ -458,12 +463,14 @@ impl Queue {
                         .arg(&id)
                         .arg(payload)
                         .arg(delay_ms)
+                        .arg(GROUP)
                         .invoke_async(&mut self.conn.clone())
                         .await
                 })
                 .await?;
             return Ok(id);
         }
+        self.make_stream_once().await?;
         let id = new_job_id();
         let mut pipe = redis::pipe();
         pipe.atomic();
@@ -504,21 +511,27 @@ impl Queue {
         }
     }
 
-    /// `HSET` and `XADD` (or `ECHO.SCHEDULE`) of a job with a new id.
+    /// [`Queue::ensure_group`] once per `Queue` (and its clones), before
+    /// the first add with a new id: that add's `ECHO.ADD` would make a
+    /// missing pending a list. (The add script makes the stream itself.)
+    async fn make_stream_once(&self) -> RedisResult<()> {
+        if !self.stream_made.load(Ordering::Relaxed) {
+            self.ensure_group().await?;
+        }
+        Ok(())
+    }
+
+    /// `HSET` and `ECHO.ADD` of a job with a new id: the server decides
+    /// whether its run goes straight into pending or into the schedule, so
+    /// the queue's release limit and hold govern first runs too.
     fn push_add(&self, pipe: &mut redis::Pipeline, id: &str, payload: &[u8], delay_ms: u64) {
         pipe.cmd("HSET").arg(&self.keys.jobs).arg(id).arg(payload);
-        if delay_ms == 0 {
-            pipe.cmd("XADD")
-                .arg(&self.keys.pending)
-                .arg("*")
-                .arg("job")
-                .arg(id);
-        } else {
-            pipe.cmd("ECHO.SCHEDULE")
-                .arg(&self.keys.schedule)
-                .arg(id)
-                .arg(delay_ms);
-        }
+        pipe.cmd("ECHO.ADD")
+            .arg(&self.keys.schedule)
+            .arg(&self.keys.pending)
+            .arg(id)
+            .arg("DELAY")
+            .arg(delay_ms);
     }
 
     /// `EVALSHA` of the add script (loaded before it in the same pipeline or
@@ -541,6 +554,7 @@ impl Queue {
             .arg(id)
             .arg(payload)
             .arg(delay_ms)
+            .arg(GROUP)
             .ignore();
     }
 
@@ -575,6 +589,9 @@ impl Queue {
         let script = Script::new(ADD_WITH_ID);
         if self.conn.is_cluster() {
             return self.add_many_on_cluster(&script, &jobs).await;
+        }
+        if jobs.iter().any(|(_, o)| o.id.is_none()) {
+            self.make_stream_once().await?;
         }
         let mut pipe = redis::pipe();
         if jobs.iter().any(|(_, o)| o.id.is_some()) {

@@ -300,7 +300,10 @@ impl Queue {
             .await;
         match created {
             Err(e) if e.code() != Some("BUSYGROUP") => Err(e),
-            _ => Ok(()),
+            _ => {
+                self.stream_made.store(true, Ordering::Relaxed);
+                Ok(())
+            }
         }
     }
 }

@@ -647,8 +647,10 @@ async fn a_lifted_hold_is_seen() {
                 .unwrap();
         }
     };
-    hold(600_000).await;
+    // Added before the hold: into pending (added while held, it would wait
+    // in the schedule).
     let id = queue.add(b"held", AddOptions::default()).await.unwrap();
+    hold(600_000).await;
     let runs = Arc::new(Mutex::new(Vec::new()));
     let record = runs.clone();
     let worker = Worker::new(

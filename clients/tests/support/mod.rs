@@ -197,3 +197,52 @@ impl Drop for Worker {
         }
     }
 }
+
+/// One `took` line: the entry's id (its ms part is when the server released
+/// the run into the stream), the job and the attempt.
+#[derive(Debug)]
+pub struct Take {
+    pub entry_ms: i64,
+    pub job: String,
+    pub attempt: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub runs: u64,
+    pub max_concurrent: u64,
+}
+
+/// The `took` lines and the `summary` line of a `work --log-takes` run's
+/// stdout (one took line a run, checked).
+pub fn parse_work(lang: Lang, out: &str) -> (Vec<Take>, Summary) {
+    let mut takes = Vec::new();
+    let mut summary = None;
+    for line in out.lines() {
+        if let Some(rest) = line.strip_prefix("took ") {
+            let parts: Vec<&str> = rest.split(' ').collect();
+            let [entry, job, attempt] = parts[..] else {
+                panic!("{lang:?}: {line:?}");
+            };
+            let ms = entry.split('-').next().and_then(|ms| ms.parse().ok());
+            takes.push(Take {
+                entry_ms: ms.unwrap_or_else(|| panic!("{lang:?}: entry id in {line:?}")),
+                job: job.to_string(),
+                attempt: attempt.parse().expect("attempt"),
+            });
+        } else if let Some(json) = line.strip_prefix("summary ") {
+            let v: serde_json::Value = serde_json::from_str(json).expect("summary JSON");
+            summary = Some(Summary {
+                runs: v["runs"].as_u64().expect("runs"),
+                max_concurrent: v["max_concurrent"].as_u64().expect("max_concurrent"),
+            });
+        }
+    }
+    let summary = summary.unwrap_or_else(|| panic!("{lang:?}: no summary line in {out:?}"));
+    assert_eq!(
+        summary.runs,
+        takes.len() as u64,
+        "{lang:?}: one took line a run"
+    );
+    (takes, summary)
+}

@@ -7,7 +7,9 @@ import secrets
 import time
 from typing import Tuple, Union
 
-from ._protocol import MAX_ERROR_BYTES
+from valkey.exceptions import ResponseError
+
+from ._protocol import GROUP, MAX_ERROR_BYTES
 
 Payload = Union[bytes, bytearray, memoryview, str]
 
@@ -112,3 +114,14 @@ def consumer_name() -> bytes:
     import socket
 
     return ("%s-%d-%s" % (socket.gethostname(), os.getpid(), secrets.token_hex(3))).encode()
+
+
+def make_stream(node, pending) -> None:
+    """``XGROUP CREATE pending workers 0 MKSTREAM`` on the queue's node: the stream and the
+    workers' group, where a group that exists already (``BUSYGROUP``) is success. ``0``: entries
+    added before the group are delivered."""
+    try:
+        node.xgroup_create(pending, GROUP, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise

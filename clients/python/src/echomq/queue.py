@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from ._common import Keys, Payload, check_client, id_bytes, new_id, new_job_id, server_ms, to_bytes, to_str
+from ._common import (
+    Keys,
+    Payload,
+    check_client,
+    id_bytes,
+    make_stream,
+    new_id,
+    new_job_id,
+    server_ms,
+    to_bytes,
+    to_str,
+)
 from ._protocol import ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE
 from ._route import Route, redirected
 from .worker import Worker
@@ -63,19 +74,25 @@ class Queue:
         self._add_script = client.register_script(ADD_WITH_ID)
         self._requeue_script = client.register_script(REQUEUE)
         self._purge_script = client.register_script(PURGE_DEAD)
+        self._stream_made = False
+
+    def _make_stream(self) -> None:
+        """The stream and the workers' group, as a worker's start makes them, once per Queue before
+        its first add with a generated id: ECHO.ADD would make a missing pending a list. (The add
+        script makes them itself when they are missing.)"""
+        self._route.run(lambda client: make_stream(client, self.keys.pending))
+        self._stream_made = True
 
     # -- adding ------------------------------------------------------------------------------
 
     def _queue_add(self, pipe, jid: bytes, payload: bytes, delay_ms: int, given: bool) -> None:
         k = self.keys
         if given:
-            self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, payload, delay_ms], client=pipe)
+            self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, payload, delay_ms, GROUP], client=pipe)
             return
         pipe.hset(k.jobs, jid, payload)
-        if delay_ms > 0:
-            pipe.execute_command("ECHO.SCHEDULE", k.schedule, jid, delay_ms)
-        else:
-            pipe.xadd(k.pending, {b"job": jid})
+        # the server decides: straight into pending, or through the schedule's release limit
+        pipe.execute_command("ECHO.ADD", k.schedule, k.pending, jid, "DELAY", delay_ms)
 
     def add(self, payload: Payload, id: Optional[str] = None, delay_ms: int = 0) -> str:
         """Adds a job; returns its id. With ``id`` given, a second add while the job exists is a
@@ -88,7 +105,7 @@ class Queue:
             # A refused enqueue is raised by the script with nothing written; a resend after a lost
             # reply finds the job and changes nothing, so it is sent again like any idempotent call.
             self._route.run(
-                lambda c: self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, data, delay_ms], client=c)
+                lambda c: self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, data, delay_ms, GROUP], client=c)
             )
             return text
         jid_s = new_id()
@@ -125,6 +142,8 @@ class Queue:
             # the transaction too): raised to the caller, never sent again.
             raise _Refused(errors[0])
 
+        if not given and not self._stream_made:
+            self._make_stream()
         try:
             self._route.run(execute, idempotent=given)
         except _Refused as refused:

@@ -17,7 +17,7 @@ from valkey.exceptions import ConnectionError as _ConnError
 from valkey.exceptions import ResponseError
 from valkey.exceptions import TimeoutError as _TimeoutError
 
-from ._common import consumer_name, error_text, server_ms, to_str
+from ._common import consumer_name, error_text, make_stream, server_ms, to_str
 from ._route import describe, redirected
 from ._protocol import (
     DEFAULT_BACKOFF,
@@ -323,11 +323,7 @@ class Worker:
     def _setup(self) -> None:
         k = self.keys
         node = self._route.target()
-        try:
-            node.xgroup_create(k.pending, GROUP, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        make_stream(node, k.pending)
         # An invalid policy would make every failure's MULTI lose its job: ECHO.DELAY
         # validates it as ECHO.RETRY does, and writes and counts nothing. On a cluster it is
         # keyless: the queue's node answers it, as it answers ECHO.QUEUES below.
