@@ -1470,9 +1470,10 @@ fn workers_on_plain_connections_lose_a_resharded_queue_and_fresh_ones_finish_it(
     let left_on_a: i64 = q!(&mut on_a, "CLUSTER", "COUNTKEYSINSLOT", slot);
     assert_eq!(left_on_a, 0);
     // What they held, delivered but not acknowledged, came along; nothing
-    // of the slot is theirs to change any more (no ASKING on their side).
-    let orphaned = in_flight_entries(&mut on_b, queue);
+    // of the slot is theirs to change any more (A redirects them, and they
+    // send no ASKING).
     setslot(&mut on_b, &["NODE", &b_id]);
+    let orphaned = in_flight_entries(&mut on_b, queue);
     setslot(&mut on_a, &["NODE", &b_id]);
     setslot(&mut cluster.conn(third), &["NODE", &b_id]);
     wait_until("the slot is B's", Duration::from_secs(30), || {
