@@ -109,7 +109,7 @@ MATRIX_SUITES ?= $(MODULE_SUITES)
 MATRIX_CLIENT_SUITES ?= --test failover
 ## the servers make test-matrix runs on (unset: the packaged one and every cached one)
 MATRIX_SERVERS ?=
-test-matrix: build ## Run the module suite on every cached Valkey version, with timings
+test-matrix: build ## Run the module suite and the libraries' failover suite on every cached Valkey version, with timings
 	@cached="$$(bash scripts/valkey-matrix.sh --list)"; \
 	if [ "$(CI)" = true ]; then \
 	  for series in 8.1 9; do \
