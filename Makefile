@@ -98,13 +98,18 @@ test: build ## Run every test against real servers (and Redis 7 when installed)
 # run took; runs them all, then fails if any failed. In CI a missing 8.1 or
 # 9.x fails the target. tests/docs_sessions.rs is left out: it checks the
 # docs' sessions and installs the libraries (pip, npm, cargo), which one
-# version's run in make test covers.
+# version's run in make test covers. Beside the module suite, each version
+# runs the failover suite of the client libraries' workers
+# (clients/tests/failover.rs, a test of the echomq-client-tests package,
+# so a second cargo test with -p), counted in the same passed/FAILED line.
 MODULE_SUITES := $(patsubst tests/%.rs,--test %,$(sort $(filter-out tests/docs_sessions.rs,$(wildcard tests/*.rs))))
 ## the suites make test-matrix runs on each version
 MATRIX_SUITES ?= $(MODULE_SUITES)
+## the suites of echomq-client-tests (clients/tests) make test-matrix runs on each version too
+MATRIX_CLIENT_SUITES ?= --test failover
 ## the servers make test-matrix runs on (unset: the packaged one and every cached one)
 MATRIX_SERVERS ?=
-test-matrix: build ## Run the module suite on every cached Valkey version, with timings
+test-matrix: build ## Run the module suite and the libraries' failover suite on every cached Valkey version, with timings
 	@cached="$$(bash scripts/valkey-matrix.sh --list)"; \
 	if [ "$(CI)" = true ]; then \
 	  for series in 8.1 9; do \
@@ -119,8 +124,12 @@ test-matrix: build ## Run the module suite on every cached Valkey version, with 
 	  cli=$$(dirname $$server)/valkey-cli; [ -x "$$cli" ] || cli=valkey-cli; \
 	  echo "== Valkey $$version: $$server"; \
 	  started=$$(date +%s); \
-	  if ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli $(CARGO) test --release $(MATRIX_SUITES); then result=passed; \
-	  else result=FAILED; failed="$$failed $$version"; fi; \
+	  result=passed; \
+	  ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli $(CARGO) test --release $(MATRIX_SUITES) || result=FAILED; \
+	  if [ -n "$(MATRIX_CLIENT_SUITES)" ]; then \
+	    ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli $(CARGO) test --release -p echomq-client-tests $(MATRIX_CLIENT_SUITES) || result=FAILED; \
+	  fi; \
+	  [ $$result = passed ] || failed="$$failed $$version"; \
 	  summary="$$summary$$(printf '\n  Valkey %-8s %-6s in %ss' $$version $$result $$(( $$(date +%s) - started )))"; \
 	done; \
 	echo "== test-matrix:$$summary"; \

@@ -1,8 +1,8 @@
 //! echomq on a real Valkey Cluster: routing and redirects, hash-tagged
 //! queues, CROSSSLOT refusals, resharding a live queue, automatic failover,
 //! and the effects (not the commands) reaching the replicas; the server's own
-//! promotion on each owner, and a stream queue promoted by its owner and
-//! resharded while example workers consume it.
+//! promotion on each owner, and a stream queue promoted by its owner alone.
+//! (Workers through failovers and resharding: clients/tests/failover.rs.)
 //!
 //! Each test brings up its own cluster of three primaries with one replica
 //! each, every node loading the module, on 127.0.0.1 (tests/common/cluster.rs).
@@ -12,8 +12,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
@@ -900,125 +899,27 @@ fn an_atomic_slot_migration_moves_a_live_queue_there_and_back() {
     assert_eq!(left_on_b, 0);
 }
 
-/// One examples/worker process (stream layout) on one node: a plain
-/// connection, not a cluster client, so it serves only the node's own slots.
-/// Killed by pid and reaped on drop.
-struct Worker {
-    name: String,
-    child: Option<Child>,
-}
-
-impl Worker {
-    fn start(node: &Node, queue: &str, jobs: usize, name: &str) -> Worker {
-        let child = Command::new(rust_worker())
-            .args(["--url", &node.url(), "--queue", queue, "--layout", "stream"])
-            .args(["--jobs", &jobs.to_string()])
-            // job-<odd> fails its first attempt and is retried 30 ms later
-            .args(["--fail-first", "1", "--policy", "fixed:30"])
-            .args(["--max-attempts", "3", "--max-deliveries", "3"])
-            // The timer promotes. Jobs arrive faster than the consumers
-            // work them (60 ms each), so each consumer is almost always
-            // holding an entry delivered and not yet acknowledged.
-            .args(["--no-promoter", "--work-ms", "60", "--consumers", "3"])
-            // well above the longest job, so a live consumer's entry is
-            // never taken over, on a loaded machine too
-            .args(["--lease-ms", "2000", "--deadline-secs", "90"])
-            // The first refusal is fatal (no retry through MOVED): the
-            // resharding test below wants the workers on A to die with it.
-            .args(["--reconnect-secs", "0"])
-            .args(["--name", name])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start worker {name}: {e}"));
-        Worker {
-            name: name.to_string(),
-            child: Some(child),
-        }
-    }
-
-    /// Waits for the process to exit (killing it after `within`): its
-    /// status, stdout and stderr.
-    fn finish(&mut self, within: Duration) -> (Option<ExitStatus>, String, String) {
-        let mut child = self.child.take().expect("a running worker");
-        let deadline = Instant::now() + within;
-        let mut status = None;
-        while status.is_none() && Instant::now() < deadline {
-            status = child.try_wait().expect("try_wait");
-            sleep(Duration::from_millis(20));
-        }
-        let timed_out = status.is_none();
-        if timed_out {
-            let _ = child.kill();
-        }
-        // reaps it (a second wait after try_wait returns the same status)
-        let waited = child.wait().ok();
-        let status = if timed_out { None } else { waited };
-        let (mut out, mut err) = (String::new(), String::new());
-        let _ = child.stdout.take().unwrap().read_to_string(&mut out);
-        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-        (status, out, err)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// `took over N here` from a worker's summary line.
-fn taken_over(stdout: &str) -> u64 {
-    stdout
-        .split("took over ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no 'took over N' in {stdout:?}"))
-}
-
-/// A stream queue (`pending` a stream with the
-/// group `workers`, the same `echomq.auto-promote` on every node) is
-/// promoted by the primary that owns it and nowhere else; then its slot is
-/// resharded to another primary while Rust workers consume it, and no job is
-/// lost.
-///
-/// The workers hold plain connections to the owner, as a deployment without
-/// a cluster client would. When MIGRATE takes the slot's keys away, every
-/// command they send is redirected (ASK, then MOVED), which a worker started
-/// with `--reconnect-secs 0` treats as fatal (tests/failover.rs has workers
-/// that follow the redirect): each exits with an error, typically holding an entry delivered
-/// but not acknowledged (its MULTI/EXEC of outcome + XACK + XDEL is refused
-/// whole, so nothing half-done). MIGRATE carries the stream with its group
-/// and pending entries to the new owner, where fresh workers, started
-/// against it, take the orphaned entries over after the lease (XAUTOCLAIM)
-/// and finish the queue with the new owner's timer promoting. The old and
-/// the new workers never run at the same time, so the end state is exact:
-/// every job done exactly once (no job was both in flight at a kill and
-/// completed before it), nothing pending, nothing scheduled.
+/// A stream queue (`pending` a stream with the group `workers`, the same
+/// `echomq.auto-promote` on every node) is promoted by the primary that owns
+/// it and nowhere else: its entries (`job <member>`, first due first) are
+/// appended on the owner alone, no key appears on another primary, and the
+/// owner's replica holds the same entries with the same IDs. (The same
+/// queue resharded under the client libraries' workers, on plain
+/// connections that lose it: clients/tests/failover.rs.)
 #[test]
-fn a_stream_queue_is_promoted_by_its_owner_and_resharded_under_workers_without_loss() {
+fn a_stream_queue_is_promoted_by_its_owner_and_nowhere_else() {
     let cluster = Cluster::start();
     let (schedule, pending) = ("{sq}:schedule", "{sq}:pending");
-    let key = |suffix: &str| format!("{{sq}}:{suffix}");
     let slot = cluster.keyslot(schedule);
     let a = cluster.owner(slot);
     let primaries = cluster.primaries();
     let b = *primaries.iter().find(|&&i| i != a).unwrap();
     let third = *primaries.iter().find(|&&i| i != a && i != b).unwrap();
-    let (a_id, b_id) = (cluster.id(a), cluster.id(b));
     let mut on_a = cluster.conn(a);
-    let mut on_b = cluster.conn(b);
-    rust_worker(); // built before any clock starts
     let _: () = q!(&mut on_a, "XGROUP", "CREATE", pending, "workers", "0", "MKSTREAM");
     configure_everywhere(&cluster, &format!("{schedule} {pending}"));
 
-    // (a) 20 jobs due at once: the owner appends them, in fire-time order.
-    // Named job-<i>: the worker's failure plan reads the number.
+    // 20 jobs due at once: the owner appends them, in fire-time order.
     let first: Vec<String> = (0..20).map(|i| format!("job-{i}")).collect();
     let now_ms = server_time_ms(&mut on_a);
     let mut zadd = cmd!("ZADD", schedule);
@@ -1061,145 +962,6 @@ fn a_stream_queue_is_promoted_by_its_owner_and_resharded_under_workers_without_l
     let _: () = q!(&mut a_replica, "READONLY");
     let on_replica: Vec<(String, Vec<String>)> = q!(&mut a_replica, "XRANGE", pending, "-", "+");
     assert_eq!(on_replica, raw, "same entries, same IDs on the replica");
-
-    // (b) 200 more, one due every 12 ms over 2.4 s: with the retries of
-    // half of them, more than two workers of three consumers each on A can
-    // do (100 jobs/s at most), so they work through a backlog, and the move
-    // falls in the middle of it, with jobs still scheduled.
-    let n = 220;
-    let all: Vec<String> = (0..n).map(|i| format!("job-{i}")).collect();
-    let now_ms = server_time_ms(&mut on_a);
-    let mut zadd = cmd!("ZADD", schedule);
-    for (i, job) in all.iter().enumerate().skip(20) {
-        zadd.arg(now_ms + (i as i64 - 20) * 12).arg(job);
-    }
-    let _: i64 = run(&mut on_a, &zadd);
-    let mut old: Vec<Worker> = (0..2)
-        .map(|i| Worker::start(&cluster.nodes[a], "sq", n, &format!("on-a-{i}")))
-        .collect();
-    wait_until(
-        "the workers on A got going",
-        Duration::from_secs(30),
-        || {
-            let done: i64 = q!(&mut on_a, "SCARD", key("done"));
-            (done >= 60).then_some(()).ok_or(format!("{done} done"))
-        },
-    );
-
-    // Reshard while they run: every key of the slot in one MIGRATE (atomic
-    // on A), so a worker sees all of the queue on A or none of it.
-    let setslot = |con: &mut Connection, args: &[&str]| {
-        let _: () = q!(con, "CLUSTER", "SETSLOT", slot, args);
-    };
-    setslot(&mut on_b, &["IMPORTING", &a_id]);
-    setslot(&mut on_a, &["MIGRATING", &b_id]);
-    let keys: Vec<String> = q!(&mut on_a, "CLUSTER", "GETKEYSINSLOT", slot, 100);
-    for must in [schedule, pending, &key("done"), &key("attempts")] {
-        assert!(keys.iter().any(|k| k == must), "{must} not in {keys:?}");
-    }
-    let reply: String = q!(
-        &mut on_a,
-        "MIGRATE",
-        "127.0.0.1",
-        cluster.port(b),
-        "",
-        0,
-        10_000,
-        "KEYS",
-        &keys
-    );
-    assert_eq!(reply, "OK");
-    let left_on_a: i64 = q!(&mut on_a, "CLUSTER", "COUNTKEYSINSLOT", slot);
-    assert_eq!(left_on_a, 0);
-    setslot(&mut on_b, &["NODE", &b_id]);
-    setslot(&mut on_a, &["NODE", &b_id]);
-    setslot(&mut cluster.conn(third), &["NODE", &b_id]);
-    wait_until("the slot is B's", Duration::from_secs(30), || {
-        cluster.check_stable()?;
-        (cluster.owner(slot) == b)
-            .then_some(())
-            .ok_or("not yet".to_string())
-    });
-
-    // The workers on A lost their queue: each exits with the redirect.
-    for worker in &mut old {
-        let (status, out, err) = worker.finish(Duration::from_secs(30));
-        let status = status.unwrap_or_else(|| panic!("{} still running", worker.name));
-        assert!(
-            !status.success(),
-            "{} finished the queue on A before the move: {out}",
-            worker.name
-        );
-        println!("{}: {status}: {}", worker.name, err.trim());
-    }
-    // What they held, delivered but not acknowledged, came along.
-    let summary: Vec<Value> = q!(&mut on_b, "XPENDING", pending, "workers");
-    let orphaned = match summary.first() {
-        Some(Value::Int(k)) => *k as u64,
-        other => panic!("XPENDING: {other:?}"),
-    };
-    println!("{orphaned} entries delivered on A and not acknowledged came to B");
-    // Six consumers each working 60 ms per job through a backlog: all six
-    // idle at the move would be a 1-in-10^6 event.
-    assert!(orphaned >= 1, "no entry was in flight at the move");
-
-    // Fresh workers on the new owner finish the queue.
-    let mut new: Vec<Worker> = (0..2)
-        .map(|i| Worker::start(&cluster.nodes[b], "sq", n, &format!("on-b-{i}")))
-        .collect();
-    let mut took_over = 0;
-    for worker in &mut new {
-        let (status, out, err) = worker.finish(Duration::from_secs(90));
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "{}: {status:?}\nstdout: {out}\nstderr: {err}\n{}",
-            worker.name,
-            cluster.logs()
-        );
-        println!("{}: {}", worker.name, out.trim());
-        took_over += taken_over(&out);
-    }
-    assert!(
-        took_over >= orphaned,
-        "{orphaned} orphaned entries, {took_over} taken over"
-    );
-
-    // Every job done exactly once, none dead (a job fails once at most and
-    // is delivered at most twice: below both bounds), nothing left anywhere.
-    let done: BTreeSet<String> = q!(&mut on_b, "SMEMBERS", key("done"));
-    let dead: Vec<String> = q!(&mut on_b, "ZRANGE", key("dead"), 0, -1);
-    assert!(dead.is_empty(), "dead: {dead:?}");
-    let want: BTreeSet<String> = all.iter().cloned().collect();
-    let lost: Vec<&String> = want.difference(&done).collect();
-    assert!(lost.is_empty(), "lost: {lost:?}");
-    assert_eq!(done, want);
-    let by: BTreeMap<String, u64> = q!(&mut on_b, "HGETALL", key("done-by"));
-    assert_eq!(
-        by.values().sum::<u64>(),
-        n as u64,
-        "a job was completed twice: {by:?}"
-    );
-    assert!(by.keys().any(|w| w.starts_with("on-a")), "{by:?}");
-    assert!(by.keys().any(|w| w.starts_with("on-b")), "{by:?}");
-    let summary: Vec<Value> = q!(&mut on_b, "XPENDING", pending, "workers");
-    assert_eq!(summary.first(), Some(&Value::Int(0)), "{summary:?}");
-    let len: i64 = q!(&mut on_b, "XLEN", pending);
-    assert_eq!(len, 0, "entries left in the stream");
-    let card: i64 = q!(&mut on_b, "ZCARD", schedule);
-    assert_eq!(card, 0, "jobs left scheduled");
-    let left_on_a: i64 = q!(&mut on_a, "CLUSTER", "COUNTKEYSINSLOT", slot);
-    assert_eq!(left_on_a, 0);
-    // A promoted until the move, B after it, nobody else ever.
-    assert!(echomq_stat(&mut on_a, "echomq_auto_promoted") > 20);
-    assert!(echomq_stat(&mut on_b, "echomq_auto_promoted") > 0);
-    for i in (0..cluster.nodes.len()).filter(|&i| i != a && i != b) {
-        let moved = echomq_stat(&mut cluster.conn(i), "echomq_auto_promoted");
-        assert_eq!(moved, 0, "node {}", cluster.port(i));
-    }
-    for i in 0..cluster.nodes.len() {
-        let errors = echomq_stat(&mut cluster.conn(i), "echomq_auto_promote_errors");
-        assert_eq!(errors, 0, "node {}", cluster.port(i));
-    }
 }
 
 /// `ECHO.HOLD` names the schedule as its key and is flagged a write: a
