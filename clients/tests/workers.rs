@@ -459,7 +459,8 @@ fn workers_killed_mid_job_lose_nothing() {
     let (url, mut con) = (server.url(), server.conn());
     let (queue, n) = ("crash", 240);
     let done = format!("{{{queue}}}:done");
-    // Jobs take 15 ms, so a kill usually finds some in flight; a 400 ms
+    // Jobs take 30 ms, so a kill usually finds some in flight (and the queue
+    // lasts through three kills and restarts); a 400 ms
     // lease lets the survivors take them over quickly; the poison bound is
     // out of the way (three kills cannot deliver one entry ten times). No
     // --jobs: a job counted done by a worker killed before its
@@ -479,7 +480,7 @@ fn workers_killed_mid_job_lose_nothing() {
         "--max-attempts",
         "2",
         "--sleep-ms",
-        "15",
+        "30",
         "--lease-ms",
         "400",
         "--max-deliveries",
