@@ -155,7 +155,8 @@ def run(bench):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for layout in layouts:
         bench.bench_cmds.append("(worker, %s) " % layout + " ".join(
-            os.path.relpath(a, root) if os.path.isabs(a) else a for a in cmdlines[layout]))
+            os.path.relpath(a, root) if a.startswith(root + os.sep) else a
+            for a in cmdlines[layout]))
     section = ("Rust worker end to end, %d jobs, concurrency 4 (%d rounds, variants interleaved)"
                % (n, bench.rounds))
     for ff, label in workloads:
