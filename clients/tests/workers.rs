@@ -6,7 +6,8 @@
 //! retries (echomq.auto-promote) and no worker calling ECHO.PROMOTE;
 //! workers SIGKILLed three times mid-job and replaced, losing nothing and
 //! running again only what was in flight; entries added before the group
-//! existed; and the list layout (examples/list_worker.rs).
+//! existed; delayed adds counted as scheduled, not retried; and the list
+//! layout (examples/list_worker.rs).
 
 mod support;
 
@@ -651,4 +652,67 @@ fn the_list_layout_does_every_job_once_or_dead() {
             "{field}"
         );
     }
+}
+
+/// Jobs added with a delay by each library (`add --delay-ms`) wait in the
+/// schedule (all of them there before any is taken) and are run once each,
+/// at their first attempt: the module counts them as scheduled and
+/// promoted, never as retries, and no library sends ECHO.RETRY or a plain
+/// ZADD for them.
+#[test]
+fn delayed_jobs_of_each_library_are_scheduled_not_retried() {
+    let test = "delayed_jobs_of_each_library_are_scheduled_not_retried";
+    let server = Server::start();
+    let (url, mut con) = (server.url(), server.conn());
+    let producers = langs(test);
+    let queue = "later";
+    for lang in &producers {
+        let prefix = format!("{lang:?}-").to_lowercase();
+        let out = run_to_end(
+            *lang,
+            &[
+                "add",
+                "--url",
+                &url,
+                "--queue",
+                queue,
+                "--count",
+                "5",
+                "--id-prefix",
+                &prefix,
+                "--delay-ms",
+                "1500",
+            ],
+        );
+        assert_eq!(out.lines().count(), 5, "{lang:?}: {out}");
+    }
+    let n = 5 * producers.len();
+    let scheduled: usize = q!(&mut con, "ZCARD", format!("{{{queue}}}:schedule"));
+    assert_eq!(scheduled, n, "every delayed job waits in the schedule");
+    let done = format!("{{{queue}}}:done");
+    let jobs = n.to_string();
+    let mut args = vec!["--url", &url, "--queue", queue, "--done", &done];
+    args.extend(["--jobs", &jobs, "--log-takes", "--deadline-secs", "60"]);
+    let outs = wait_all(vec![Running::start(Rust, &args)]);
+    let taken = takes(&outs[0]);
+    assert_eq!(taken.len(), n, "{taken:?}");
+    assert!(taken.values().all(|a| a == &[1]), "{taken:?}");
+    let done_counts: BTreeMap<String, u64> = q!(&mut con, "HGETALL", &done);
+    assert_eq!(done_counts.len(), n, "{done_counts:?}");
+    assert!(done_counts.values().all(|&c| c == 1), "{done_counts:?}");
+    assert_drained(&mut con, queue);
+    for (field, want) in [
+        ("echomq_scheduled", n as u64),
+        ("echomq_promoted", n as u64),
+        ("echomq_retries", 0),
+        ("echomq_errors", 0),
+    ] {
+        assert_eq!(
+            info_field(&mut con, "echomq", field),
+            want.to_string(),
+            "{field}"
+        );
+    }
+    assert_eq!(command_calls(&mut con, "echo.retry"), 0, "ECHO.RETRY calls");
+    assert_eq!(command_calls(&mut con, "zadd"), 0, "ZADD calls");
 }
