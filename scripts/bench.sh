@@ -7,7 +7,10 @@
 # Environment: ECHOMQ_MODULE (default target/release/libechomq.so),
 # ECHOMQ_SERVER (the server binary, default valkey-server; the versions
 # section starts its own servers, one per --servers binary and --modules build),
-# ECHOMQ_WORKER (default target/release/examples/worker, built if stale),
+# ECHOMQ_WORKER (default target/release/examples/crossworker, echomq-client's,
+# built if stale, with examples/list_worker), ECHOMQ_EXAMPLE_WORKER (unset: the
+# worker_layouts section compares the library's worker with the list worker;
+# a binary of the old examples/worker.rs adds it as a reference),
 # BENCH_ARGS (extra arguments of python3 -m bench, e.g. "--quick", "--rounds 7"
 # or "--only retry_options,spread": scripts/bench/__main__.py lists the sections;
 # "--only clients" is BullMQ's worker against the client libraries' workers, which
@@ -80,14 +83,19 @@ done
 valkey-cli -h 127.0.0.1 -p "$port" MODULE LIST | grep -q echomq \
   || { echo "bench: module not loaded" >&2; exit 1; }
 
-# The Rust example worker, for the worker_layouts section: ECHOMQ_WORKER, or
-# built here (a no-op when it is fresh; `make bench` builds the library only).
-worker=${ECHOMQ_WORKER:-$root/target/release/examples/worker}
+# The worker_layouts section's workers: the Rust library's (its crossworker
+# example: ECHOMQ_WORKER, or built here) and the list layout's
+# (examples/list_worker.rs), built here (a no-op when fresh; `make bench`
+# builds the module and echomq-web only).
+worker=${ECHOMQ_WORKER:-$root/target/release/examples/crossworker}
+cargo=${CARGO:-$(command -v cargo || echo "$HOME/.cargo/bin/cargo")}
 if [ -z "${ECHOMQ_WORKER:-}" ]; then
-  cargo=${CARGO:-$(command -v cargo || echo "$HOME/.cargo/bin/cargo")}
-  (cd "$root" && "$cargo" build --release --quiet --example worker) \
-    || { echo "bench: cannot build examples/worker" >&2; exit 1; }
+  (cd "$root" && "$cargo" build --release --quiet -p echomq-client --example crossworker) \
+    || { echo "bench: cannot build echomq-client's crossworker example" >&2; exit 1; }
 fi
+list_worker=$root/target/release/examples/list_worker
+(cd "$root" && "$cargo" build --release --quiet -p echomq --example list_worker) \
+  || { echo "bench: cannot build examples/list_worker" >&2; exit 1; }
 
 echo "# echomq benchmark"
 echo
@@ -101,7 +109,7 @@ start=$(date +%s)
 # from scripts/, where the package is, and exec'd, so that the pid waited for and
 # signalled is python3's own (-B: no __pycache__ left in the checkout).
 # shellcheck disable=SC2086
-(cd "$root/scripts" && exec python3 -B -m bench --port "$port" --worker "$worker" ${BENCH_ARGS:-}) &
+(cd "$root/scripts" && exec python3 -B -m bench --port "$port" --worker "$worker" --list-worker "$list_worker" ${BENCH_ARGS:-}) &
 driver_pid=$!
 wait "$driver_pid"
 driver_pid=""

@@ -7,7 +7,7 @@ import sys
 from . import (auto_promote, clients, future_members, herd, latency, memory, promote_stream,
                promotion, retry_options, spread, throughput, versions, web_scrape, worker_layouts)
 from . import limits
-from .harness import DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
+from .harness import DEFAULT_LIST_WORKER, DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
 
 # In the order they run; the names are --only's.
@@ -32,7 +32,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small sizes, for testing the script")
     ap.add_argument("--only", default="", help="comma-separated sections")
     ap.add_argument("--worker", default=DEFAULT_WORKER,
-                    help="the examples/worker binary, for the worker_layouts section")
+                    help="echomq-client's crossworker example, for the worker_layouts section")
+    ap.add_argument("--list-worker", default=DEFAULT_LIST_WORKER,
+                    help="the examples/list_worker binary, for the worker_layouts section")
     ap.add_argument("--web", default=DEFAULT_WEB,
                     help="the echomq-web binary, for the web_scrape section")
     ap.add_argument("--herd-jobs", type=int, default=0,
@@ -60,7 +62,7 @@ def main():
     if a.workload:
         workload(a.port, a.workload, a.seconds)
         return
-    b = Bench(a.port, a.rounds, a.quick, a.worker, a.web)
+    b = Bench(a.port, a.rounds, a.quick, a.worker, a.web, a.list_worker)
     b.herd_jobs, b.herd_workers, b.herd_only = a.herd_jobs, a.herd_workers, a.herd_strategies
     b.herd_json = a.herd_json
     b.servers, b.modules = a.servers, a.modules

@@ -15,7 +15,8 @@ from .client import Conn, cmdstats, info
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LUA = os.path.join(SCRIPTS, "lua")
 # the binaries the worker_layouts and web_scrape sections run, as built by cargo
-DEFAULT_WORKER = os.path.join(SCRIPTS, "..", "target", "release", "examples", "worker")
+DEFAULT_WORKER = os.path.join(SCRIPTS, "..", "target", "release", "examples", "crossworker")
+DEFAULT_LIST_WORKER = os.path.join(SCRIPTS, "..", "target", "release", "examples", "list_worker")
 DEFAULT_WEB = os.path.join(SCRIPTS, "..", "target", "release", "echomq-web")
 
 # not-yet-due members in the promotion sections' schedules
@@ -55,9 +56,10 @@ def settle(conn):
 
 
 class Bench:
-    def __init__(self, port, rounds, quick, worker=None, web=None):
+    def __init__(self, port, rounds, quick, worker=None, web=None, list_worker=None):
         self.port = port
         self.worker = worker
+        self.list_worker = list_worker or DEFAULT_LIST_WORKER
         self.web = web
         self.rounds = rounds
         self.quick = quick
@@ -184,10 +186,10 @@ def report(b, elapsed):
     print()
     print("valkey-benchmark commands (each run -n per round after a warm-up), and (worker) the last")
     if getattr(b, "clients_note", None):
-        print("worker run (the others differ in --layout, --fail-first and --name), and (clients, X)")
+        print("worker run of each variant (the others differ in --fail-first), and (clients, X)")
         print("each driver's last run (the others differ in --queue and --fail-once):")
     else:
-        print("worker run (the others differ in --layout, --fail-first and --name):")
+        print("worker run of each variant (the others differ in --fail-first):")
     for cmd in b.bench_cmds:
         print("  " + cmd)
     print()
@@ -210,10 +212,10 @@ def report(b, elapsed):
     print("Promote into a stream vs a list: warm = %d rounds of k calls per layout (order rotating),"
           % b.rounds)
     print("cold = single calls of each layout in turn; server time per call / 1000 members.")
-    print("Rust worker: %d recorded rounds (+1 warm-up) of one worker process per layout and workload"
+    print("Rust worker: %d recorded rounds (+1 warm-up) of one worker process per variant and workload"
           % b.rounds)
-    print("(order rotating); jobs/s from the first to the last completion seen by SCARD polled every")
-    print("2 ms.")
+    print("(order rotating); jobs/s from the first to the last completion seen by HLEN polled every")
+    print("2 ms (scripts/bench/worker_layouts.py says how).")
     print("echomq-web: 500 queues; wall time per GET over one keep-alive connection, %d rounds"
           % b.rounds)
     print("(order rotating); commands and server µs of one scrape from INFO commandstats.")

@@ -127,7 +127,7 @@ pub fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection))
 }
 
 /// The release build of examples/worker.rs. `cargo test` builds examples
-/// already; building here as well covers `cargo test --test examples`, or `--test cluster`,
+/// already; building here as well covers `cargo test --test failover`, or `--test cluster`,
 /// which do not, and a stale binary.
 pub fn rust_worker() -> &'static Path {
     static WORKER: OnceLock<PathBuf> = OnceLock::new();

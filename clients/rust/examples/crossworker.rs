@@ -292,7 +292,12 @@ async fn run_worker(
                         .status();
                     std::process::abort();
                 }
-                tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+                // Not `sleep(0)`: tokio's timer rounds a deadline up to its
+                // next millisecond tick, so a zero sleep would wait up to 1 ms
+                // in every run.
+                if sleep_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+                }
                 if overload_every > 0 && job.attempt.is_multiple_of(overload_every) {
                     return Err(JobError::RetryAfter(retry_after_ms));
                 }
