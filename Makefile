@@ -99,17 +99,18 @@ test: build ## Run every test against real servers (and Redis 7 when installed)
 # 9.x fails the target. tests/docs_sessions.rs is left out: it checks the
 # docs' sessions and installs the libraries (pip, npm, cargo), which one
 # version's run in make test covers. Beside the module suite, each version
-# runs the failover suite of the client libraries' workers
-# (clients/tests/failover.rs, a test of the echomq-client-tests package,
-# so a second cargo test with -p), counted in the same passed/FAILED line.
+# runs the failover and workers suites of the client libraries' workers
+# (clients/tests/failover.rs and workers.rs, tests of the echomq-client-tests
+# package, so a second cargo test with -p), counted in the same passed/FAILED
+# line.
 MODULE_SUITES := $(patsubst tests/%.rs,--test %,$(sort $(filter-out tests/docs_sessions.rs,$(wildcard tests/*.rs))))
 ## the suites make test-matrix runs on each version
 MATRIX_SUITES ?= $(MODULE_SUITES)
 ## the suites of echomq-client-tests (clients/tests) make test-matrix runs on each version too
-MATRIX_CLIENT_SUITES ?= --test failover
+MATRIX_CLIENT_SUITES ?= --test failover --test workers
 ## the servers make test-matrix runs on (unset: the packaged one and every cached one)
 MATRIX_SERVERS ?=
-test-matrix: build ## Run the module suite and the libraries' failover suite on every cached Valkey version, with timings
+test-matrix: build ## Run the module suite and the libraries' failover and workers suites on every cached Valkey version, with timings
 	@cached="$$(bash scripts/valkey-matrix.sh --list)"; \
 	if [ "$(CI)" = true ]; then \
 	  for series in 8.1 9; do \

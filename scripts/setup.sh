@@ -3,9 +3,8 @@
 # Valkey 8 (valkey-server, valkey-cli, valkey-benchmark) and libclang for bindgen.
 # Optional, each installed in CI (CI=true) and on request elsewhere:
 #   ECHOMQ_WITH_REDIS=1    Redis 7 (the compatibility suites)
-#   ECHOMQ_WITH_NODE=1     Node.js (18 or later) and npm (clients/node, examples/worker.mjs and
-#                          the browser tests; their packages go to target/node and
-#                          target/web-node)
+#   ECHOMQ_WITH_NODE=1     Node.js (18 or later) and npm (clients/node and the browser
+#                          tests; the browser driver's packages go to target/web-node)
 #   ECHOMQ_WITH_BROWSER=1  Debian's chromium-headless-shell (web/tests' page tests)
 #   ECHOMQ_WITH_PROMTOOL=1 Prometheus's promtool, from Debian's prometheus package
 #                          (web/tests checks echomq-web's /metrics with it)

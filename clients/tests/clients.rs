@@ -63,14 +63,16 @@ fn added_from(lang: Lang, url: &str, queue: &str, count: usize, prefix: &str) ->
     out.lines().map(str::to_string).collect()
 }
 
-/// `count` jobs added with generated ids (one transaction per 1,000).
-fn added_generated(lang: Lang, url: &str, queue: &str, count: usize) {
-    let count = count.to_string();
-    let args = ["add", "--url", url, "--queue", queue, "--count", &count];
-    assert_eq!(
-        run_to_end(lang, &args).lines().count(),
-        count.parse::<usize>().unwrap()
-    );
+/// `count` jobs added with generated ids (one transaction per 1,000): their ids.
+fn added_generated(lang: Lang, url: &str, queue: &str, count: usize) -> Vec<String> {
+    let n = count.to_string();
+    let args = ["add", "--url", url, "--queue", queue, "--count", &n];
+    let ids: Vec<String> = run_to_end(lang, &args)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), count, "{lang:?}: ids added");
+    ids
 }
 
 /// A job added in one language is run by a worker of the next.
@@ -935,5 +937,138 @@ fn every_librarys_add_passes_the_release_limit() {
                 "{lang:?}: {most} released within {t_ms} ms, the limit allows {bound}"
             );
         }
+    }
+}
+
+/// The words of docs/security.md's `ACL SETUSER <user> ...` line, its
+/// password placeholder replaced by `password`.
+fn acl_line(user: &str, password: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(source("docs/security.md")).expect("docs/security.md");
+    let prefix = format!("ACL SETUSER {user} ");
+    let lines: Vec<&str> = doc.lines().filter(|l| l.starts_with(&prefix)).collect();
+    assert_eq!(lines.len(), 1, "one ACL line for {user}: {lines:?}");
+    lines[0]
+        .split_whitespace()
+        .map(|w| match w.strip_suffix("-PASSWORD") {
+            Some(p) if p.starts_with('>') => format!(">{password}"),
+            _ => w.to_string(),
+        })
+        .collect()
+}
+
+/// `ACL LOG` as (username, command or key refused) pairs.
+fn acl_denials(con: &mut Connection) -> Vec<(String, String)> {
+    let entries: Vec<BTreeMap<String, redis::Value>> = run(con, cmd("ACL").arg("LOG"));
+    let text = |v: Option<&redis::Value>| match v {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::SimpleString(s)) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    entries
+        .iter()
+        .map(|e| (text(e.get("username")), text(e.get("object"))))
+        .collect()
+}
+
+/// Every library, producer and worker, runs as the least-privilege user of
+/// docs/security.md (plus `~{*}:done +hincrby`, the crossworker handler's
+/// own counting): adds with new and given ids, runs, failures to dead, a
+/// `RetryAfter` hold, the dead set read, a requeue and a purge, with the
+/// default user off and not one refusal in `ACL LOG`.
+#[test]
+fn each_library_runs_as_the_documented_acl_user() {
+    let Some((server, _, mut admin)) =
+        three_languages("each_library_runs_as_the_documented_acl_user")
+    else {
+        return;
+    };
+    let mut words = acl_line("echomq-app", "app-pw");
+    words.extend(["~{*}:done".to_string(), "+hincrby".to_string()]);
+    let _: () = run(&mut admin, cmd(&words[0]).arg(&words[1..]));
+    let _: () = run(
+        &mut admin,
+        cmd("ACL").arg("SETUSER").arg("default").arg("off"),
+    );
+    let url = format!("redis://echomq-app:app-pw@127.0.0.1:{}/", server.port);
+    let _: () = run(&mut admin, cmd("ACL").arg("LOG").arg("RESET"));
+    // Node first: its scripts meet NOSCRIPT and are sent with EVAL.
+    for lang in [Node, Python, Rust] {
+        let queue = format!("acl-{lang:?}").to_lowercase();
+        let (done, dead) = (format!("{{{queue}}}:done"), format!("{{{queue}}}:dead"));
+        let base = ["--url", url.as_str(), "--queue", queue.as_str()];
+        // Given ids first: the add script makes the stream (TYPE, XGROUP).
+        let mut ids = added_from(lang, &url, &queue, 10, "j-");
+        ids.extend(added_generated(lang, &url, &queue, 10));
+        // A job whose id ends in an odd number fails its one attempt
+        // (--fail-first 1) and is dead; the others are done.
+        let odd = |id: &String| {
+            let digits = id.len() - id.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+            id[id.len() - digits..]
+                .parse::<u64>()
+                .is_ok_and(|i| i % 2 == 1)
+        };
+        let planned_dead = ids.iter().filter(|id| odd(id)).count();
+        run_to_end(
+            lang,
+            &[
+                &["work"][..],
+                &base,
+                &[
+                    "--done",
+                    &done,
+                    "--jobs",
+                    "20",
+                    "--fail-first",
+                    "1",
+                    "--max-attempts",
+                    "1",
+                ],
+                &["--deadline-secs", "60"],
+            ]
+            .concat(),
+        );
+        let (n_done, n_dead): (usize, usize) = (
+            run(&mut admin, cmd("HLEN").arg(&done)),
+            run(&mut admin, cmd("ZCARD").arg(&dead)),
+        );
+        assert_eq!(
+            (n_done, n_dead),
+            (20 - planned_dead, planned_dead),
+            "{lang:?}: done and dead"
+        );
+        assert_eq!(
+            dead_from(lang, &url, &queue).len(),
+            planned_dead,
+            "{lang:?}: the dead set read"
+        );
+        // A requeued job answers "retry after" on its one attempt: the
+        // worker holds the queue (ECHO.HOLD), and the job is dead again.
+        let requeued = run_to_end(lang, &[&["requeue"][..], &base, &["--id", "j-1"]].concat());
+        assert_eq!(requeued.trim(), "true", "{lang:?}: requeued");
+        run_to_end(
+            lang,
+            &[
+                &["work"][..],
+                &base,
+                &["--done", &done, "--jobs", "20", "--overload-every", "1"],
+                &[
+                    "--retry-after-ms",
+                    "50",
+                    "--max-attempts",
+                    "1",
+                    "--deadline-secs",
+                    "60",
+                ],
+            ]
+            .concat(),
+        );
+        let n_dead: usize = run(&mut admin, cmd("ZCARD").arg(&dead));
+        assert_eq!(
+            n_dead, planned_dead,
+            "{lang:?}: the requeued job dead again"
+        );
+        let purged = run_to_end(lang, &[&["purge"][..], &base].concat());
+        assert_eq!(purged.trim(), planned_dead.to_string(), "{lang:?}: purged");
+        assert_eq!(acl_denials(&mut admin), [], "{lang:?}: refused by the ACL");
     }
 }

@@ -4,8 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -124,12 +122,4 @@ pub fn events(server: &Server, prefix: &str, work: impl FnOnce(&mut Connection))
             payload.replace(prefix, "")
         ));
     }
-}
-
-/// The release build of examples/worker.rs. `cargo test` builds examples
-/// already; building here as well covers `cargo test --test failover`, or `--test cluster`,
-/// which do not, and a stale binary.
-pub fn rust_worker() -> &'static Path {
-    static WORKER: OnceLock<PathBuf> = OnceLock::new();
-    WORKER.get_or_init(|| cargo_example("echomq", "worker"))
 }

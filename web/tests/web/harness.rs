@@ -304,13 +304,6 @@ pub fn restarted_on(port: u16) -> Server {
     Server::start_on_port(Options::default(), port)
 }
 
-/// The release build of examples/worker.rs (the module's example worker),
-/// which the least-privilege test runs under its ACL user.
-pub fn rust_worker() -> &'static Path {
-    static WORKER: OnceLock<PathBuf> = OnceLock::new();
-    WORKER.get_or_init(|| cargo_example("echomq", "worker"))
-}
-
 /// One headless Chromium page, driven through web/tests/node/browser.mjs; the
 /// browser (and node) are killed by pid on drop.
 pub struct Browser {
