@@ -4,8 +4,10 @@
 # instant), "orders", 100 retried with full jitter over 55 s, and "billing", a
 # backlog with due and dead-lettered jobs. The picture then adds a worker:
 #   bash scripts/web-scene.sh
-#   cargo run --release --example worker -- --queue jobs --jobs 3000 --seed \
-#       --policy jitter:exponential:4000:50000 --work-ms 20 &
+#   w="cargo run -q --release -p echomq-client --example crossworker --"
+#   $w add --url redis://127.0.0.1:6379/ --queue jobs --count 3000
+#   $w work --url redis://127.0.0.1:6379/ --queue jobs --fail-first 2 \
+#       --backoff jitter:exponential:4000:50000 --sleep-ms 20 &
 #   make web WEB_QUEUES="orders emails billing jobs"
 set -euo pipefail
 port=${1:-6379}

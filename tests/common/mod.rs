@@ -8,7 +8,6 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 pub mod cluster;
-pub mod python;
 
 pub use echomq_testkit::*;
 

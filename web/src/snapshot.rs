@@ -19,7 +19,7 @@
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 
-/// The keys of one queue, in the layout of the example workers.
+/// The keys of one queue, in the layout of the client libraries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keys {
     pub schedule: String,

@@ -1,7 +1,7 @@
 //! echomq-web's security: the URL's password in no response, page, metric
 //! or output line; `rediss://` with a CA file against a server that accepts
-//! only TLS; the ACL users of docs/security.md, with the default user off,
-//! running echomq-web and the Rust example worker end to end; and the HTTP
+//! only TLS; docs/security.md's ACL user of echomq-web, with the default user
+//! off, reading a queue end to end; and the HTTP
 //! side's headers, header-read timeout and connection bound.
 
 use std::io::{Read, Write};
