@@ -17,6 +17,7 @@ use echomq_testkit::node;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use common::inspect::{acl_line, acl_log, echomq_stat};
 use common::{run, wait_until, Server};
 use node::or_skip;
 use redis::{cmd, Connection};
@@ -42,25 +43,6 @@ fn assert_queue_empty(con: &mut Connection, queue: &str) {
     }
     let len: i64 = run(con, cmd("XLEN").arg(format!("{{{queue}}}:pending")));
     assert_eq!(len, 0, "entries left in {{{queue}}}:pending");
-}
-
-fn added_from(lang: Lang, url: &str, queue: &str, count: usize, prefix: &str) -> Vec<String> {
-    let count = count.to_string();
-    let out = run_to_end(
-        lang,
-        &[
-            "add",
-            "--url",
-            url,
-            "--queue",
-            queue,
-            "--count",
-            &count,
-            "--id-prefix",
-            prefix,
-        ],
-    );
-    out.lines().map(str::to_string).collect()
 }
 
 /// `count` jobs added with generated ids (one transaction per 1,000): their ids.
@@ -812,13 +794,6 @@ fn each_library_goes_on_through_a_failover_behind_an_endpoint() {
     println!("the endpoint accepted {} connections", endpoint.accepted());
 }
 
-/// `INFO echomq`'s counter `field`.
-fn echomq_stat(con: &mut Connection, field: &str) -> u64 {
-    common::info_field(con, "echomq", field)
-        .parse()
-        .unwrap_or_else(|e| panic!("{field}: {e}"))
-}
-
 /// Every library's `add` goes through `ECHO.ADD`, so the release limit
 /// governs first runs as it does retries. On a queue with no limit an add is
 /// the plain write into the stream (counted in `echomq_added_direct`); on a
@@ -940,36 +915,6 @@ fn every_librarys_add_passes_the_release_limit() {
     }
 }
 
-/// The words of docs/security.md's `ACL SETUSER <user> ...` line, its
-/// password placeholder replaced by `password`.
-fn acl_line(user: &str, password: &str) -> Vec<String> {
-    let doc = std::fs::read_to_string(source("docs/security.md")).expect("docs/security.md");
-    let prefix = format!("ACL SETUSER {user} ");
-    let lines: Vec<&str> = doc.lines().filter(|l| l.starts_with(&prefix)).collect();
-    assert_eq!(lines.len(), 1, "one ACL line for {user}: {lines:?}");
-    lines[0]
-        .split_whitespace()
-        .map(|w| match w.strip_suffix("-PASSWORD") {
-            Some(p) if p.starts_with('>') => format!(">{password}"),
-            _ => w.to_string(),
-        })
-        .collect()
-}
-
-/// `ACL LOG` as (username, command or key refused) pairs.
-fn acl_denials(con: &mut Connection) -> Vec<(String, String)> {
-    let entries: Vec<BTreeMap<String, redis::Value>> = run(con, cmd("ACL").arg("LOG"));
-    let text = |v: Option<&redis::Value>| match v {
-        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(redis::Value::SimpleString(s)) => s.clone(),
-        other => format!("{other:?}"),
-    };
-    entries
-        .iter()
-        .map(|e| (text(e.get("username")), text(e.get("object"))))
-        .collect()
-}
-
 /// Every library, producer and worker, runs as the least-privilege user of
 /// docs/security.md (plus `~{*}:done +hincrby`, the crossworker handler's
 /// own counting): adds with new and given ids, runs, failures to dead, a
@@ -1069,6 +1014,6 @@ fn each_library_runs_as_the_documented_acl_user() {
         );
         let purged = run_to_end(lang, &[&["purge"][..], &base].concat());
         assert_eq!(purged.trim(), planned_dead.to_string(), "{lang:?}: purged");
-        assert_eq!(acl_denials(&mut admin), [], "{lang:?}: refused by the ACL");
+        assert_eq!(acl_log(&mut admin), [], "{lang:?}: refused by the ACL");
     }
 }

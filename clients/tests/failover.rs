@@ -35,6 +35,7 @@ use std::thread::{self, sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
+use common::inspect::{echomq_stat, limits_from, limits_of};
 use common::node::or_skip;
 use common::proxy::Endpoint;
 use common::{
@@ -387,12 +388,6 @@ fn all_takes(outputs: &[Output]) -> Vec<Take> {
     outputs.iter().flat_map(|o| o.takes.clone()).collect()
 }
 
-fn echomq_stat(con: &mut Connection, field: &str) -> u64 {
-    info_field(con, "echomq", field)
-        .parse()
-        .unwrap_or_else(|_| panic!("INFO echomq has no {field}"))
-}
-
 /// `CONFIG SET name value` on every node, as a deployment would.
 fn set_everywhere(cluster: &Cluster, name: &str, value: &str) {
     for node in cluster.nodes.iter().filter(|n| n.is_up()) {
@@ -420,28 +415,13 @@ fn create_group(con: &mut Connection, queue: &str) {
     );
 }
 
-/// `ECHO.LIMITS schedule` on `con` as field -> integer (the rates, doubles,
-/// left out).
-fn limits_of(con: &mut Connection, schedule: &str) -> BTreeMap<String, i64> {
-    let reply: Vec<Value> = q!(con, "ECHO.LIMITS", schedule);
-    limits_from(&reply)
-}
-
-fn limits_from(reply: &[Value]) -> BTreeMap<String, i64> {
-    reply
-        .chunks(2)
-        .filter_map(|kv| {
-            let name = match &kv[0] {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                other => panic!("ECHO.LIMITS field name {other:?}"),
-            };
-            match kv.get(1) {
-                Some(Value::Int(n)) => Some((name, *n)),
-                _ => None,
-            }
-        })
-        .collect()
+/// The owner of `slot`, another primary and the third one.
+fn three_primaries(cluster: &Cluster, slot: u16) -> (usize, usize, usize) {
+    let a = cluster.owner(slot);
+    let primaries = cluster.primaries();
+    let b = *primaries.iter().find(|&&i| i != a).unwrap();
+    let third = *primaries.iter().find(|&&i| i != a && i != b).unwrap();
+    (a, b, third)
 }
 
 /// Waits until the group `workers` of `queue`'s stream has `n` consumers
@@ -883,10 +863,7 @@ fn workers_in_three_languages_go_on_through_a_slot_migration_of_a_limited_queue(
     let schedule = key(queue, "schedule");
     let cluster = Cluster::start();
     let slot = cluster.keyslot(&schedule);
-    let a = cluster.owner(slot);
-    let primaries = cluster.primaries();
-    let b = *primaries.iter().find(|&&i| i != a).unwrap();
-    let third = *primaries.iter().find(|&&i| i != a && i != b).unwrap();
+    let (a, b, third) = three_primaries(&cluster, slot);
     let (a_id, b_id) = (cluster.id(a), cluster.id(b));
     let mut on_a = cluster.conn(a);
     let mut on_b = cluster.conn(b);
@@ -1418,10 +1395,7 @@ fn workers_on_plain_connections_lose_a_resharded_queue_and_fresh_ones_finish_it(
     let schedule = key(queue, "schedule");
     let cluster = Cluster::start();
     let slot = cluster.keyslot(&schedule);
-    let a = cluster.owner(slot);
-    let primaries = cluster.primaries();
-    let b = *primaries.iter().find(|&&i| i != a).unwrap();
-    let third = *primaries.iter().find(|&&i| i != a && i != b).unwrap();
+    let (a, b, third) = three_primaries(&cluster, slot);
     let (a_id, b_id) = (cluster.id(a), cluster.id(b));
     let mut on_a = cluster.conn(a);
     let mut on_b = cluster.conn(b);

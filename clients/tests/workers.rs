@@ -17,6 +17,7 @@ use std::process::{Child, Stdio};
 use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
+use echomq_testkit::inspect::echomq_stat;
 use echomq_testkit::{self as common, cargo_example, info_field, node, q, Options, Server};
 use redis::{Connection, Value};
 use support::*;
@@ -69,14 +70,7 @@ struct Running {
 
 impl Running {
     fn start(lang: Lang, args: &[&str]) -> Running {
-        let mut full = vec!["work"];
-        full.extend_from_slice(args);
-        let mut child = crossworker(lang, &full)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{lang:?} crossworker: {e}"));
-        let stdout = child.stdout.take().expect("piped stdout");
+        let (child, stdout) = spawn_work(lang, args);
         let lines = std::thread::spawn(move || {
             BufReader::new(stdout)
                 .lines()
@@ -171,21 +165,7 @@ fn takes<'a>(lines: impl IntoIterator<Item = &'a String>) -> BTreeMap<String, Ve
 
 /// Adds `job-0` .. `job-(n-1)` from the Rust crossworker.
 fn add_jobs(url: &str, queue: &str, n: usize) {
-    let ids = run_to_end(
-        Rust,
-        &[
-            "add",
-            "--url",
-            url,
-            "--queue",
-            queue,
-            "--count",
-            &n.to_string(),
-            "--id-prefix",
-            "job-",
-        ],
-    );
-    assert_eq!(ids.lines().count(), n, "{ids}");
+    added_from(Rust, url, queue, n, "job-");
 }
 
 /// The dead set as the Rust crossworker reads it: id → (attempts, error).
@@ -335,20 +315,17 @@ fn share_with_planned_failures(test: &str, server: &Server, queue: &str, promote
     } else {
         "echomq_promoted"
     };
-    for (field, want) in [
-        ("echomq_retries", retries),
-        ("echomq_retries_jittered", retries),
-        (promoted_field, retries),
-        (other_field, 0),
-        ("echomq_dead_lettered", want_dead.len() as u64),
-        ("echomq_errors", 0),
-    ] {
-        assert_eq!(
-            info_field(&mut con, "echomq", field),
-            want.to_string(),
-            "{field}"
-        );
-    }
+    assert_counters(
+        &mut con,
+        &[
+            ("echomq_retries", retries),
+            ("echomq_retries_jittered", retries),
+            (promoted_field, retries),
+            (other_field, 0),
+            ("echomq_dead_lettered", want_dead.len() as u64),
+            ("echomq_errors", 0),
+        ],
+    );
 }
 
 #[test]
@@ -639,19 +616,16 @@ fn the_list_layout_does_every_job_once_or_dead() {
     let scheduled: i64 = q!(&mut con, "ZCARD", key("schedule"));
     assert_eq!(scheduled, 0, "left scheduled");
     let retries: u64 = (0..n).map(|i| failures(i).min(MAX_ATTEMPTS - 1)).sum();
-    for (field, want) in [
-        ("echomq_retries", retries),
-        ("echomq_retries_jittered", retries),
-        ("echomq_promoted", retries),
-        ("echomq_dead_lettered", dead.len() as u64),
-        ("echomq_errors", 0),
-    ] {
-        assert_eq!(
-            info_field(&mut con, "echomq", field),
-            want.to_string(),
-            "{field}"
-        );
-    }
+    assert_counters(
+        &mut con,
+        &[
+            ("echomq_retries", retries),
+            ("echomq_retries_jittered", retries),
+            ("echomq_promoted", retries),
+            ("echomq_dead_lettered", dead.len() as u64),
+            ("echomq_errors", 0),
+        ],
+    );
 }
 
 /// Jobs added with a delay by each library (`add --delay-ms`) wait in the
@@ -701,18 +675,22 @@ fn delayed_jobs_of_each_library_are_scheduled_not_retried() {
     assert_eq!(done_counts.len(), n, "{done_counts:?}");
     assert!(done_counts.values().all(|&c| c == 1), "{done_counts:?}");
     assert_drained(&mut con, queue);
-    for (field, want) in [
-        ("echomq_scheduled", n as u64),
-        ("echomq_promoted", n as u64),
-        ("echomq_retries", 0),
-        ("echomq_errors", 0),
-    ] {
-        assert_eq!(
-            info_field(&mut con, "echomq", field),
-            want.to_string(),
-            "{field}"
-        );
-    }
+    assert_counters(
+        &mut con,
+        &[
+            ("echomq_scheduled", n as u64),
+            ("echomq_promoted", n as u64),
+            ("echomq_retries", 0),
+            ("echomq_errors", 0),
+        ],
+    );
     assert_eq!(command_calls(&mut con, "echo.retry"), 0, "ECHO.RETRY calls");
     assert_eq!(command_calls(&mut con, "zadd"), 0, "ZADD calls");
+}
+
+/// Each `INFO echomq` counter of `want` at its value.
+fn assert_counters(con: &mut Connection, want: &[(&str, u64)]) {
+    for &(field, value) in want {
+        assert_eq!(echomq_stat(con, field), value, "{field}");
+    }
 }

@@ -59,6 +59,7 @@ macro_rules! err {
 pub use redis;
 
 pub mod cluster;
+pub mod inspect;
 pub mod node;
 pub mod proxy;
 pub mod versions;

@@ -7,6 +7,9 @@
 use std::collections::BTreeMap;
 
 pub use echomq_testkit::cluster::*;
+// Not every suite reads them.
+#[allow(unused_imports)]
+pub use echomq_testkit::inspect::{echomq_stat, limits_from, limits_of};
 
 use super::*;
 
@@ -26,12 +29,6 @@ pub fn list_of(con: &mut Connection, key: &str) -> Vec<String> {
 
 pub fn wait_replicas(con: &mut Connection, timeout_ms: u64) -> redis::RedisResult<i64> {
     cmd!("WAIT", 1, timeout_ms).query(con)
-}
-
-pub fn echomq_stat(con: &mut Connection, field: &str) -> u64 {
-    info_field(con, "echomq", field)
-        .parse()
-        .unwrap_or_else(|_| panic!("INFO echomq has no {field}"))
 }
 
 /// The error (a redirect) a node answers `ECHO.RETRY schedule x fixed:0 1` with.
@@ -75,30 +72,4 @@ pub fn limit_everywhere(cluster: &Cluster, limits: &str) {
             limits
         );
     }
-}
-
-/// `ECHO.LIMITS schedule` on `con` (RESP2: a flat field, value array) as
-/// field -> integer; nil (a schedule not listed) is absent, and the rates
-/// are left out (they are doubles).
-pub fn limits_of(con: &mut Connection, schedule: &str) -> BTreeMap<String, i64> {
-    let reply: Vec<Value> = q!(con, "ECHO.LIMITS", schedule);
-    limits_from(&reply)
-}
-
-/// The integer fields of an `ECHO.LIMITS` reply (RESP2).
-pub fn limits_from(reply: &[Value]) -> BTreeMap<String, i64> {
-    reply
-        .chunks(2)
-        .filter_map(|kv| {
-            let name = match &kv[0] {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                other => panic!("ECHO.LIMITS field name {other:?}"),
-            };
-            match kv.get(1) {
-                Some(Value::Int(n)) => Some((name, *n)),
-                _ => None,
-            }
-        })
-        .collect()
 }

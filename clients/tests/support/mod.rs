@@ -10,7 +10,7 @@ use echomq_testkit::node;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -147,16 +147,46 @@ pub struct Worker {
     pub child: Child,
 }
 
+/// `crossworker work <args>` of `lang`, its stdout piped (its stderr the
+/// test's), and that stdout.
+pub fn spawn_work(lang: Lang, args: &[&str]) -> (Child, ChildStdout) {
+    let mut full = vec!["work"];
+    full.extend_from_slice(args);
+    let mut child = crossworker(lang, &full)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{lang:?} crossworker: {e}"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    (child, stdout)
+}
+
+/// `count` jobs added by `lang`'s crossworker with the ids `<prefix>0` ..:
+/// the ids it printed.
+pub fn added_from(lang: Lang, url: &str, queue: &str, count: usize, prefix: &str) -> Vec<String> {
+    let n = count.to_string();
+    let args = [
+        "add",
+        "--url",
+        url,
+        "--queue",
+        queue,
+        "--count",
+        &n,
+        "--id-prefix",
+        prefix,
+    ];
+    let ids: Vec<String> = run_to_end(lang, &args)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), count, "{lang:?}: ids added");
+    ids
+}
+
 impl Worker {
     pub fn start(lang: Lang, args: &[&str]) -> Worker {
-        let mut full = vec!["work"];
-        full.extend_from_slice(args);
-        let mut child = crossworker(lang, &full)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{lang:?} crossworker: {e}"));
-        let stdout = child.stdout.take().expect("piped stdout");
+        let (child, stdout) = spawn_work(lang, args);
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)

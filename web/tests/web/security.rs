@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::common::inspect::{acl_line, acl_log};
 use crate::common::*;
 use crate::harness::*;
 use crate::node;
@@ -426,37 +427,6 @@ fn rediss_with_a_ca_file_and_a_clean_error_with_the_wrong_ca() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no PEM certificate"), "{stderr}");
     assert!(!stderr.contains(PASSWORD), "{stderr}");
-}
-
-/// The words of docs/security.md's `ACL SETUSER <user> ...` line, with its
-/// password placeholder replaced by `password`.
-fn acl_line(user: &str, password: &str) -> Vec<String> {
-    let doc = std::fs::read_to_string(workspace_root().join("docs/security.md"))
-        .expect("docs/security.md");
-    let prefix = format!("ACL SETUSER {user} ");
-    let lines: Vec<&str> = doc.lines().filter(|l| l.starts_with(&prefix)).collect();
-    assert_eq!(lines.len(), 1, "one ACL line for {user}: {lines:?}");
-    lines[0]
-        .split_whitespace()
-        .map(|w| match w.strip_suffix("-PASSWORD") {
-            Some(p) if p.starts_with('>') => format!(">{password}"),
-            _ => w.to_string(),
-        })
-        .collect()
-}
-
-/// The ACL LOG entries as (username, object) pairs.
-fn acl_log(con: &mut Connection) -> Vec<(String, String)> {
-    let entries: Vec<std::collections::HashMap<String, Value>> = q!(con, "ACL", "LOG");
-    let text = |v: Option<&Value>| match v {
-        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(Value::SimpleString(s)) => s.clone(),
-        other => format!("{other:?}"),
-    };
-    entries
-        .iter()
-        .map(|e| (text(e.get("username")), text(e.get("object"))))
-        .collect()
 }
 
 #[test]
