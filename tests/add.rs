@@ -304,6 +304,75 @@ fn a_limited_schedule_takes_every_run_and_its_limit_releases_them() {
     assert_eq!(stat(&mut con, "added_direct"), 2);
 }
 
+/// 5,000 first runs added with ECHO.ADD to a stream queue limited to
+/// 1000/s burst 50, released by the server's own timer: every run passes
+/// the limit (in every stretch of `t` ms at most `50 + floor(t * 1000/s)`
+/// leave, by the entries' ids), in fire-time order (ties in the sorted
+/// set's order), each once.
+#[test]
+fn five_thousand_first_runs_leave_within_the_limit_in_order() {
+    const N: usize = 5000;
+    const BURST: i64 = 50;
+    const RATE_PER_S: i64 = 1000;
+    let server = Server::start();
+    let mut con = server.conn();
+    let (schedule, pending) = ("{first}:schedule", "{first}:pending");
+    let _: () = q!(&mut con, "XGROUP", "CREATE", pending, "workers", "0", "MKSTREAM");
+    let limit = format!("{schedule} {RATE_PER_S}/s {BURST}");
+    let _: () = q!(&mut con, "CONFIG", "SET", "echomq.release-limits", &limit);
+    let mut pipe = redis::pipe();
+    for i in 0..N {
+        pipe.cmd("ECHO.ADD")
+            .arg(schedule)
+            .arg(pending)
+            .arg(format!("job-{i}"));
+    }
+    let fires: Vec<i64> = pipe.query(&mut con).expect("the adds");
+    assert!(
+        fires.iter().all(|&f| f > 1),
+        "every run went to the schedule"
+    );
+    let pair = format!("{schedule} {pending}");
+    let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", &pair);
+    wait_until("every run released", Duration::from_secs(60), || {
+        let len: usize = q!(&mut con, "XLEN", pending);
+        (len == N).then_some(()).ok_or(format!("{len} released"))
+    });
+    let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "");
+    let released = entries(&mut con, pending);
+    // Fire-time order, ties as the sorted set orders them (by member).
+    let mut want: Vec<(i64, String)> = (0..N).map(|i| (fires[i], format!("job-{i}"))).collect();
+    want.sort();
+    let got: Vec<&str> = released.iter().map(|(_, job)| job.as_str()).collect();
+    let want: Vec<&str> = want.iter().map(|(_, job)| job.as_str()).collect();
+    assert_eq!(got, want, "released in fire-time order, each once");
+    let at_ms: Vec<i64> = released
+        .iter()
+        .map(|(id, _)| {
+            id.split('-')
+                .next()
+                .and_then(|ms| ms.parse().ok())
+                .expect("an entry id")
+        })
+        .collect();
+    // The entry ids' clock can read up to 1 ms past the limit's.
+    for t_ms in [0i64, 10, 100, 1000, 3000] {
+        let bound = BURST + (t_ms + 1) * RATE_PER_S / 1000;
+        let mut most = 0;
+        let mut end = 0;
+        for (start, &from) in at_ms.iter().enumerate() {
+            while end < at_ms.len() && at_ms[end] <= from + t_ms {
+                end += 1;
+            }
+            most = most.max(end - start);
+        }
+        assert!(
+            most as i64 <= bound,
+            "{most} released within {t_ms} ms; the limit allows {bound}"
+        );
+    }
+}
+
 #[test]
 fn a_held_schedule_takes_every_run_until_the_hold_ends() {
     let server = Server::start();
