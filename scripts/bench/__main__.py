@@ -6,7 +6,7 @@ import sys
 
 from . import (auto_promote, clients, future_members, herd, latency, memory, promote_stream,
                promotion, retry_options, spread, throughput, versions, web_scrape, worker_layouts)
-from . import limits
+from . import add, limits
 from .harness import DEFAULT_LIST_WORKER, DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
 
@@ -18,6 +18,7 @@ SECTIONS = [("throughput", throughput), ("retry_options", retry_options),
             ("worker_layouts", worker_layouts),
             ("web_scrape", web_scrape)]
 SECTIONS.append(("limits", limits))  # the release limit's own cost
+SECTIONS.append(("add", add))  # ECHO.ADD's fast path against a producer's own XADD
 SECTIONS.append(("clients", clients))  # BullMQ's worker against the client libraries' (needs node)
 SECTIONS.append(("herd", herd))  # the herd against a dependency, the longest: last
 
