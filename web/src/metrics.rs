@@ -240,6 +240,23 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
     let Some(s) = s else {
         return out;
     };
+    // Only on a cluster: one series per primary.
+    if !s.nodes.is_empty() {
+        family(
+            &mut out,
+            "echomq_node_up",
+            "gauge",
+            "On a cluster: 1 when the primary answered this scrape, else 0 (its queues then have no samples)",
+        );
+        for n in &s.nodes {
+            let _ = writeln!(
+                out,
+                "echomq_node_up{{node=\"{}\"}} {}",
+                escape_label(&n.addr),
+                u8::from(n.error.is_none())
+            );
+        }
+    }
     for (name, help, field) in QUEUE_GAUGES {
         family(&mut out, name, "gauge", help);
         // A queue whose keys cannot be read (e.g. WRONGTYPE) has no samples.
@@ -312,6 +329,7 @@ mod tests {
             info,
             maxmemory_policy: "noeviction".into(),
             round_trips: 1,
+            nodes: Vec::new(),
         }
     }
 

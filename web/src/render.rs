@@ -59,7 +59,7 @@ pub fn queues_json(s: &Snapshot) -> Value {
             (k.clone(), v)
         })
         .collect();
-    json!({
+    let mut out = json!({
         "now_ms": s.now_ms,
         "window": {
             "start_ms": s.window.start_ms,
@@ -72,7 +72,17 @@ pub fn queues_json(s: &Snapshot) -> Value {
         "maxmemory_policy": s.maxmemory_policy,
         "eviction_policy_safe": s.eviction_policy_safe(),
         "round_trips": s.round_trips,
-    })
+    });
+    // Only on a cluster: a single server's JSON is what it was.
+    if !s.nodes.is_empty() {
+        let nodes: Vec<Value> = s
+            .nodes
+            .iter()
+            .map(|n| json!({ "addr": n.addr, "queues": n.queues, "error": n.error }))
+            .collect();
+        out["nodes"] = Value::Array(nodes);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -152,6 +162,7 @@ mod tests {
             ],
             maxmemory_policy: "allkeys-lru".into(),
             round_trips: 3,
+            nodes: Vec::new(),
         };
         assert_eq!(
             queues_json(&s),
