@@ -239,7 +239,7 @@ fn connection_config() -> AsyncConnectionConfig {
 }
 
 /// A failure to reach the server, as opposed to an error reply.
-fn unreachable(e: &redis::RedisError) -> bool {
+fn is_unreachable(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
@@ -290,7 +290,7 @@ impl App {
                         Mode::Cluster
                     }
                     Ok(_) => Mode::Single,
-                    Err(e) if unreachable(&e) => return Err(e),
+                    Err(e) if is_unreachable(&e) => return Err(e),
                     Err(_) => Mode::Single,
                 };
                 *self.mode.lock().await = Some(mode);
@@ -460,6 +460,11 @@ impl App {
             }
             for q in &mut s.queues {
                 if let Err(e) = &mut q.counts {
+                    *e = self.redactor.scrub(e);
+                }
+            }
+            for n in &mut s.nodes {
+                if let Some(e) = &mut n.error {
                     *e = self.redactor.scrub(e);
                 }
             }

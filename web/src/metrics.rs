@@ -369,6 +369,36 @@ mod tests {
     }
 
     #[test]
+    fn on_a_cluster_each_primary_has_its_up_series() {
+        use crate::snapshot::NodeStatus;
+        let mut s = snapshot(vec![], vec![]);
+        assert!(!exposition(Some(&s)).contains("echomq_node_up"));
+        s.nodes = vec![
+            NodeStatus {
+                addr: "10.0.0.1:7000".into(),
+                queues: 2,
+                error: None,
+            },
+            NodeStatus {
+                addr: "10.0.0.2:7001".into(),
+                queues: 0,
+                error: Some("Connection refused".into()),
+            },
+        ];
+        let text = exposition(Some(&s));
+        assert!(text.contains("# TYPE echomq_node_up gauge\n"), "{text}");
+        assert!(
+            text.contains("echomq_node_up{node=\"10.0.0.1:7000\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("echomq_node_up{node=\"10.0.0.2:7001\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.starts_with("# HELP echomq_up"), "{text}");
+    }
+
+    #[test]
     fn down_is_echomq_up_0_alone() {
         assert_eq!(
             exposition(None),

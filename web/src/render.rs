@@ -188,5 +188,16 @@ mod tests {
                 "round_trips": 3,
             })
         );
+        // On a cluster: each primary, after the single server's fields.
+        let mut s = s;
+        s.nodes = vec![crate::snapshot::NodeStatus {
+            addr: "10.0.0.1:7000".into(),
+            queues: 2,
+            error: Some("Connection refused".into()),
+        }];
+        assert_eq!(
+            queues_json(&s)["nodes"],
+            json!([{"addr": "10.0.0.1:7000", "queues": 2, "error": "Connection refused"}])
+        );
     }
 }

@@ -871,6 +871,22 @@ mod tests {
     }
 
     #[test]
+    fn a_redirect_reads_as_the_servers_text() {
+        // What a cluster node answers for a key of a slot it does not serve:
+        // the queue's error, which main.rs takes as a stale slot map.
+        for reply in [
+            &b"-MOVED 105 127.0.0.1:7000\r\n"[..],
+            b"-ASK 105 127.0.0.1:7000\r\n",
+        ] {
+            let v = redis::parse_redis_value(reply).expect("an error reply");
+            let e = key_type(&v).unwrap_err();
+            assert!(crate::cluster::is_redirect(&e), "{e}");
+            assert!(e.ends_with("105 127.0.0.1:7000"), "{e}");
+            assert_eq!(plan(&[v.clone(), v.clone(), v], true), Err(e));
+        }
+    }
+
+    #[test]
     fn the_policy_from_info_memory() {
         let v = Value::VerbatimString {
             format: redis::VerbatimFormat::Text,
