@@ -9,17 +9,19 @@
 //! `GET /` is the page (with `/page.js` and `/page.css`), `GET /api/queues`
 //! the JSON it polls, `GET /metrics` the same snapshot for Prometheus.
 
+mod cluster;
 mod metrics;
 mod redact;
 mod render;
 mod serve;
 mod snapshot;
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -27,7 +29,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
+use redis::{AsyncConnectionConfig, Value};
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -74,6 +76,12 @@ const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
+/// On a cluster, each step with one node (a connection and a round trip) is
+/// bounded by this, so one stuck node costs a scrape at most this per step.
+const NODE_TIMEOUT: Duration = Duration::from_millis(1500);
+/// On a cluster, the slot map is read again when it is this old (and at the
+/// next scrape after a node did not answer, at once after a MOVED or ASK).
+const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq)]
 struct Config {
@@ -201,6 +209,48 @@ struct App {
     /// One multiplexed connection shared by all requests; dropped after a
     /// failed scrape so the next one reconnects (the server may be back).
     con: Mutex<Option<MultiplexedConnection>>,
+    /// Whether the server at `--url` runs in cluster mode: None until a
+    /// connection asks `INFO cluster`, and again after a failed scrape.
+    mode: Mutex<Option<Mode>>,
+    /// On a cluster: the slot map and a connection to each primary.
+    view: Mutex<View>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Single,
+    Cluster,
+}
+
+#[derive(Default)]
+struct View {
+    /// The map and when it was read.
+    map: Option<(Arc<cluster::SlotMap>, Instant)>,
+    /// Read the map again at the next scrape.
+    stale: bool,
+    /// By `host:port`.
+    cons: HashMap<String, MultiplexedConnection>,
+}
+
+fn connection_config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+}
+
+/// A failure to reach the server, as opposed to an error reply.
+fn is_unreachable(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// `f` bounded by [`NODE_TIMEOUT`], its error as text.
+async fn bounded<T>(
+    f: impl std::future::Future<Output = Result<T, redis::RedisError>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(NODE_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no reply within {NODE_TIMEOUT:?}")),
+    }
 }
 
 impl App {
@@ -209,12 +259,9 @@ impl App {
         if let Some(con) = slot.as_ref() {
             return Ok(con.clone());
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT));
         let con = self
             .client
-            .get_multiplexed_async_connection_with_config(&config)
+            .get_multiplexed_async_connection_with_config(&connection_config())
             .await?;
         *slot = Some(con.clone());
         Ok(con)
@@ -224,9 +271,33 @@ impl App {
         *self.con.lock().await = None;
     }
 
-    async fn snapshot(&self, with_spread: bool) -> Result<snapshot::Snapshot, String> {
+    async fn snapshot(self: &Arc<Self>, with_spread: bool) -> Result<snapshot::Snapshot, String> {
+        let known = *self.mode.lock().await;
+        if known == Some(Mode::Cluster) {
+            return self.cluster_snapshot(with_spread).await;
+        }
         let scrape = async {
             let mut con = self.connection().await?;
+            if known.is_none() {
+                // Once per connection: a server that refuses INFO cluster
+                // (an error reply) is taken as a single server.
+                let mode = match redis::cmd("INFO")
+                    .arg("cluster")
+                    .query_async::<Value>(&mut con)
+                    .await
+                {
+                    Ok(v) if cluster::cluster_enabled(&cluster::text(&v).unwrap_or_default()) => {
+                        Mode::Cluster
+                    }
+                    Ok(_) => Mode::Single,
+                    Err(e) if is_unreachable(&e) => return Err(e),
+                    Err(_) => Mode::Single,
+                };
+                *self.mode.lock().await = Some(mode);
+                if mode == Mode::Cluster {
+                    return Ok(None);
+                }
+            }
             snapshot::collect(
                 &mut con,
                 &self.cfg.queues,
@@ -235,17 +306,325 @@ impl App {
                 with_spread,
             )
             .await
+            .map(Some)
         };
         let result = match tokio::time::timeout(SCRAPE_TIMEOUT, scrape).await {
-            Ok(Ok(s)) => return Ok(s),
+            Ok(Ok(Some(s))) => return Ok(s),
+            Ok(Ok(None)) => return self.cluster_snapshot(with_spread).await,
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no reply within {SCRAPE_TIMEOUT:?}"),
         };
         self.forget_connection().await;
+        *self.mode.lock().await = None;
         // Scrubbed whole: a client error may quote the URL or the password.
         Err(self
             .redactor
             .scrub(&format!("{}: {result}", self.redactor.shown())))
+    }
+}
+
+/// On a cluster: the slot map from the primaries, each queue read on the
+/// primary serving its slot, ECHO.QUEUES and INFO from every primary.
+impl App {
+    /// The errors of a scrape, scrubbed of the URL's password.
+    fn scrubbed(&self, e: &str) -> String {
+        self.redactor
+            .scrub(&format!("{}: {e}", self.redactor.shown()))
+    }
+
+    /// A connection to the primary at `addr` (`host:port`), with the URL's
+    /// user, password and TLS.
+    async fn node_connection(&self, addr: &str) -> Result<MultiplexedConnection, String> {
+        if let Some(con) = self.view.lock().await.cons.get(addr) {
+            return Ok(con.clone());
+        }
+        let cfg = Config {
+            url: cluster::url_for(&self.cfg.url, addr),
+            ..self.cfg.clone()
+        };
+        let client = client(&cfg)?;
+        let con =
+            bounded(client.get_multiplexed_async_connection_with_config(&connection_config()))
+                .await?;
+        self.view
+            .lock()
+            .await
+            .cons
+            .insert(addr.to_string(), con.clone());
+        Ok(con)
+    }
+
+    /// After a node did not answer: a new connection, and a new slot map,
+    /// next time.
+    async fn forget_node(&self, addr: &str) {
+        let mut view = self.view.lock().await;
+        view.cons.remove(addr);
+        view.stale = true;
+    }
+
+    /// The slot map, read again (CLUSTER SLOTS of the `--url` server, or of
+    /// a primary of the last map when that one does not answer) when there
+    /// is none, it is stale or old, or `force`; true when read now.
+    async fn slot_map(&self, force: bool) -> Result<(Arc<cluster::SlotMap>, bool), String> {
+        let known: Vec<String> = {
+            let view = self.view.lock().await;
+            match &view.map {
+                Some((map, at)) if !force && !view.stale && at.elapsed() < SLOT_MAP_MAX_AGE => {
+                    return Ok((map.clone(), false))
+                }
+                Some((map, _)) => map.primaries.clone(),
+                None => Vec::new(),
+            }
+        };
+        let seed_host = cluster::host_of(&self.cfg.url);
+        let mut errors: Vec<String> = Vec::new();
+        // The --url server first, then the primaries it last named.
+        let mut candidates: Vec<Option<String>> = vec![None];
+        candidates.extend(known.into_iter().map(Some));
+        for addr in candidates {
+            let reply = match &addr {
+                None => {
+                    bounded(async {
+                        let mut con = self.connection().await?;
+                        redis::cmd("CLUSTER")
+                            .arg("SLOTS")
+                            .query_async::<Value>(&mut con)
+                            .await
+                    })
+                    .await
+                }
+                Some(a) => match self.node_connection(a).await {
+                    Ok(mut con) => {
+                        bounded(
+                            redis::cmd("CLUSTER")
+                                .arg("SLOTS")
+                                .query_async::<Value>(&mut con),
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            let shown = addr.clone().unwrap_or_else(|| "--url".into());
+            match reply.and_then(|v| cluster::SlotMap::from_cluster_slots(&v, &seed_host)) {
+                Ok(map) => {
+                    let map = Arc::new(map);
+                    let mut view = self.view.lock().await;
+                    view.map = Some((map.clone(), Instant::now()));
+                    view.stale = false;
+                    // Connections to nodes no longer primaries are closed.
+                    view.cons.retain(|a, _| map.primaries.contains(a));
+                    return Ok((map, true));
+                }
+                Err(e) => {
+                    match &addr {
+                        None => self.forget_connection().await,
+                        Some(a) => self.forget_node(a).await,
+                    }
+                    errors.push(format!("CLUSTER SLOTS of {shown}: {e}"));
+                }
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    async fn cluster_snapshot(
+        self: &Arc<Self>,
+        with_spread: bool,
+    ) -> Result<snapshot::Snapshot, String> {
+        for attempt in 0..2 {
+            let (map, refreshed) = match self.slot_map(attempt > 0).await {
+                Ok(m) => m,
+                Err(e) => {
+                    *self.mode.lock().await = None;
+                    return Err(self.scrubbed(&e));
+                }
+            };
+            let mut s = match self.scrape_cluster(&map, with_spread).await {
+                Ok(s) => s,
+                Err(e) => {
+                    // No primary answered: ask the --url server again
+                    // whether it is a cluster next time.
+                    *self.mode.lock().await = None;
+                    self.view.lock().await.stale = true;
+                    return Err(self.scrubbed(&e));
+                }
+            };
+            s.round_trips += u32::from(refreshed);
+            let moved = s
+                .queues
+                .iter()
+                .any(|q| q.counts.as_ref().is_err_and(|e| cluster::is_redirect(e)));
+            if moved && attempt == 0 {
+                continue;
+            }
+            for q in &mut s.queues {
+                if let Err(e) = &mut q.counts {
+                    *e = self.redactor.scrub(e);
+                }
+            }
+            for n in &mut s.nodes {
+                if let Some(e) = &mut n.error {
+                    *e = self.redactor.scrub(e);
+                }
+            }
+            return Ok(s);
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    /// One scrape of every primary of `map`, in parallel: TIME, ECHO.QUEUES
+    /// and INFO memory, then INFO echomq and the queues each one serves.
+    /// Err only when no primary answered.
+    async fn scrape_cluster(
+        self: &Arc<Self>,
+        map: &cluster::SlotMap,
+        with_spread: bool,
+    ) -> Result<snapshot::Snapshot, String> {
+        let primaries = &map.primaries;
+        let firsts: Vec<_> = primaries
+            .iter()
+            .map(|addr| {
+                let (app, addr) = (self.clone(), addr.clone());
+                tokio::spawn(async move {
+                    let mut con = app.node_connection(&addr).await?;
+                    bounded(snapshot::first(&mut con)).await
+                })
+            })
+            .collect();
+        let mut first: Vec<Result<snapshot::First, String>> = Vec::new();
+        for task in firsts {
+            first.push(task.await.unwrap_or_else(|e| Err(e.to_string())));
+        }
+        let Some(now_ms) = first.iter().flatten().map(|f| f.now_ms).next() else {
+            let why: Vec<String> = primaries
+                .iter()
+                .zip(&first)
+                .filter_map(|(a, f)| f.as_ref().err().map(|e| format!("{a}: {e}")))
+                .collect();
+            for a in primaries {
+                self.forget_node(a).await;
+            }
+            return Err(format!("no primary answered ({})", why.join("; ")));
+        };
+        let from_servers: Vec<String> = first
+            .iter()
+            .flatten()
+            .flat_map(|f| f.queues.iter().cloned())
+            .collect();
+        let names = snapshot::merge_queues(&self.cfg.queues, &from_servers);
+        let owners = map.assign(&names);
+        let window = snapshot::window_at(now_ms, self.cfg.window_ms, self.cfg.buckets);
+        let reads: Vec<_> = primaries
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| {
+                let mine: Vec<String> = names
+                    .iter()
+                    .zip(&owners)
+                    .filter(|(_, o)| **o == Ok(i))
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                let answered = first[i].is_ok();
+                let (app, addr) = (self.clone(), addr.clone());
+                tokio::spawn(async move {
+                    if !answered {
+                        return None;
+                    }
+                    let read = async {
+                        let mut con = app.node_connection(&addr).await?;
+                        bounded(snapshot::read_queues(
+                            &mut con,
+                            mine,
+                            now_ms,
+                            &window,
+                            with_spread,
+                        ))
+                        .await
+                    };
+                    Some(read.await)
+                })
+            })
+            .collect();
+        let mut read: Vec<Result<snapshot::Read, String>> = Vec::new();
+        for (i, task) in reads.into_iter().enumerate() {
+            let r = match task.await {
+                Ok(Some(r)) => r,
+                Ok(None) => Err(first[i].clone().err().unwrap_or_default()),
+                Err(e) => Err(e.to_string()),
+            };
+            read.push(r);
+        }
+        let mut nodes = Vec::new();
+        let mut round_trips = 0;
+        for (i, addr) in primaries.iter().enumerate() {
+            let error = read[i].as_ref().err().cloned();
+            if error.is_some() {
+                self.forget_node(addr).await;
+            } else {
+                round_trips += 1;
+            }
+            if let Ok(r) = &read[i] {
+                round_trips += r.round_trips;
+            }
+            nodes.push(snapshot::NodeStatus {
+                addr: addr.clone(),
+                queues: owners.iter().filter(|o| **o == Ok(i)).count(),
+                error,
+            });
+        }
+        if nodes.iter().all(|n| n.error.is_some()) {
+            let why: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("{}: {}", n.addr, n.error.as_deref().unwrap_or("")))
+                .collect();
+            return Err(format!("no primary answered ({})", why.join("; ")));
+        }
+        // Each node's queues come back in the order asked.
+        let mut per_node: Vec<std::vec::IntoIter<snapshot::QueueStats>> = read
+            .iter_mut()
+            .map(|r| match r {
+                Ok(r) => std::mem::take(&mut r.queues).into_iter(),
+                Err(_) => Vec::new().into_iter(),
+            })
+            .collect();
+        let queues = names
+            .into_iter()
+            .zip(&owners)
+            .map(|(name, owner)| match owner {
+                Ok(i) => match &read[*i] {
+                    Ok(_) => per_node[*i].next().unwrap_or(snapshot::QueueStats {
+                        name,
+                        counts: Err("missing reply".into()),
+                    }),
+                    Err(e) => snapshot::QueueStats {
+                        name,
+                        counts: Err(format!("primary {}: {e}", primaries[*i])),
+                    },
+                },
+                Err(slot) => snapshot::QueueStats {
+                    name,
+                    counts: Err(format!("no primary serves slot {slot}")),
+                },
+            })
+            .collect();
+        let infos: Vec<Vec<(String, snapshot::Number)>> =
+            read.iter().flatten().map(|r| r.info.clone()).collect();
+        let policies: Vec<String> = first
+            .iter()
+            .zip(&read)
+            .filter(|(_, r)| r.is_ok())
+            .filter_map(|(f, _)| f.as_ref().ok().map(|f| f.maxmemory_policy.clone()))
+            .collect();
+        Ok(snapshot::Snapshot {
+            now_ms,
+            window,
+            queues,
+            info: cluster::merge_info(&infos),
+            maxmemory_policy: cluster::merge_policy(&policies),
+            round_trips,
+            nodes,
+        })
     }
 }
 
@@ -378,6 +757,8 @@ async fn main() {
         redactor,
         client,
         con: Mutex::new(None),
+        mode: Mutex::new(None),
+        view: Mutex::new(View::default()),
     });
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

@@ -240,6 +240,23 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
     let Some(s) = s else {
         return out;
     };
+    // Only on a cluster: one series per primary.
+    if !s.nodes.is_empty() {
+        family(
+            &mut out,
+            "echomq_node_up",
+            "gauge",
+            "On a cluster: 1 when the primary answered this scrape, else 0 (its queues then have no samples)",
+        );
+        for n in &s.nodes {
+            let _ = writeln!(
+                out,
+                "echomq_node_up{{node=\"{}\"}} {}",
+                escape_label(&n.addr),
+                u8::from(n.error.is_none())
+            );
+        }
+    }
     for (name, help, field) in QUEUE_GAUGES {
         family(&mut out, name, "gauge", help);
         // A queue whose keys cannot be read (e.g. WRONGTYPE) has no samples.
@@ -312,6 +329,7 @@ mod tests {
             info,
             maxmemory_policy: "noeviction".into(),
             round_trips: 1,
+            nodes: Vec::new(),
         }
     }
 
@@ -348,6 +366,36 @@ mod tests {
         assert!(!valid_name("1x"));
         assert!(!valid_name("a-b"));
         assert!(!valid_name(""));
+    }
+
+    #[test]
+    fn on_a_cluster_each_primary_has_its_up_series() {
+        use crate::snapshot::NodeStatus;
+        let mut s = snapshot(vec![], vec![]);
+        assert!(!exposition(Some(&s)).contains("echomq_node_up"));
+        s.nodes = vec![
+            NodeStatus {
+                addr: "10.0.0.1:7000".into(),
+                queues: 2,
+                error: None,
+            },
+            NodeStatus {
+                addr: "10.0.0.2:7001".into(),
+                queues: 0,
+                error: Some("Connection refused".into()),
+            },
+        ];
+        let text = exposition(Some(&s));
+        assert!(text.contains("# TYPE echomq_node_up gauge\n"), "{text}");
+        assert!(
+            text.contains("echomq_node_up{node=\"10.0.0.1:7000\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("echomq_node_up{node=\"10.0.0.2:7001\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.starts_with("# HELP echomq_up"), "{text}");
     }
 
     #[test]

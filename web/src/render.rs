@@ -59,7 +59,7 @@ pub fn queues_json(s: &Snapshot) -> Value {
             (k.clone(), v)
         })
         .collect();
-    json!({
+    let mut out = json!({
         "now_ms": s.now_ms,
         "window": {
             "start_ms": s.window.start_ms,
@@ -72,7 +72,17 @@ pub fn queues_json(s: &Snapshot) -> Value {
         "maxmemory_policy": s.maxmemory_policy,
         "eviction_policy_safe": s.eviction_policy_safe(),
         "round_trips": s.round_trips,
-    })
+    });
+    // Only on a cluster: a single server's JSON is what it was.
+    if !s.nodes.is_empty() {
+        let nodes: Vec<Value> = s
+            .nodes
+            .iter()
+            .map(|n| json!({ "addr": n.addr, "queues": n.queues, "error": n.error }))
+            .collect();
+        out["nodes"] = Value::Array(nodes);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -152,6 +162,7 @@ mod tests {
             ],
             maxmemory_policy: "allkeys-lru".into(),
             round_trips: 3,
+            nodes: Vec::new(),
         };
         assert_eq!(
             queues_json(&s),
@@ -176,6 +187,17 @@ mod tests {
                 "eviction_policy_safe": false,
                 "round_trips": 3,
             })
+        );
+        // On a cluster: each primary, after the single server's fields.
+        let mut s = s;
+        s.nodes = vec![crate::snapshot::NodeStatus {
+            addr: "10.0.0.1:7000".into(),
+            queues: 2,
+            error: Some("Connection refused".into()),
+        }];
+        assert_eq!(
+            queues_json(&s)["nodes"],
+            json!([{"addr": "10.0.0.1:7000", "queues": 2, "error": "Connection refused"}])
         );
     }
 }

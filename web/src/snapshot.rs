@@ -148,8 +148,23 @@ pub struct Snapshot {
     /// The server's `maxmemory-policy`, from INFO memory ("" when the server
     /// does not report it).
     pub maxmemory_policy: String,
-    /// Pipelines sent to the server for this snapshot (each one round trip).
+    /// Pipelines sent to the server for this snapshot (each one round trip);
+    /// on a cluster, to all its nodes (see [`NodeStatus`]).
     pub round_trips: u32,
+    /// On a cluster, each primary and whether it answered; empty for a
+    /// single server.
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// A primary of a cluster in one scrape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeStatus {
+    /// `host:port`, as CLUSTER SLOTS names it.
+    pub addr: String,
+    /// The queues whose slot it serves.
+    pub queues: usize,
+    /// Why it could not be read, None when it answered.
+    pub error: Option<String>,
 }
 
 impl Snapshot {
@@ -548,23 +563,17 @@ fn counts(steps: &[Step], replies: &[Value], spread_buckets: usize) -> Result<Co
     Ok(c)
 }
 
-/// Reads everything shown for `cli_queues` plus the auto-promoted queues.
-///
-/// Every command is sent only to a key of the type it reads (TYPE first), so
-/// a scrape never fails a command: a misconfigured queue does not bump the
-/// server's error stats nor `echomq_errors` (ECHO.SPREAD on a wrong type
-/// would), and scraping changes no number it reports.
-///
-/// `with_spread` false leaves ECHO.SPREAD out (each `spread` is then empty):
-/// /metrics shows no histogram, and the spreads are nearly all of a scrape's
-/// server time (one range count per bucket per queue).
-pub async fn collect(
-    con: &mut MultiplexedConnection,
-    cli_queues: &[String],
-    window_ms: i64,
-    buckets: u32,
-    with_spread: bool,
-) -> Result<Snapshot, RedisError> {
+/// What the first round trip reads of a server: its clock, the queues of
+/// its auto-promote config, and its eviction policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct First {
+    pub now_ms: i64,
+    pub maxmemory_policy: String,
+    pub queues: Vec<String>,
+}
+
+/// TIME, ECHO.QUEUES and INFO memory, in one round trip.
+pub async fn first(con: &mut MultiplexedConnection) -> Result<First, RedisError> {
     let first: Vec<Value> = redis::pipe()
         .ignore_errors()
         .cmd("TIME")
@@ -579,14 +588,31 @@ pub async fn collect(
             format!("{first:?}"),
         ));
     };
-    let now_ms = time_ms(time)?;
-    let maxmemory_policy = info_text(memory, "maxmemory_policy");
-    let names = merge_queues(cli_queues, &queues_from_pairs(&echo_queues_pairs(pairs)));
-    let window = Window {
-        start_ms: now_ms,
-        end_ms: now_ms.saturating_add(window_ms),
-        buckets,
-    };
+    Ok(First {
+        now_ms: time_ms(time)?,
+        maxmemory_policy: info_text(memory, "maxmemory_policy"),
+        queues: queues_from_pairs(&echo_queues_pairs(pairs)),
+    })
+}
+
+/// What the second and third round trips read of a server: its INFO
+/// echomq and the counts of the queues asked, in their order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Read {
+    pub info: Vec<(String, Number)>,
+    pub queues: Vec<QueueStats>,
+    /// Pipelines sent: 1, or 2 when some key exists.
+    pub round_trips: u32,
+}
+
+/// INFO echomq and the TYPEs of the queues' keys, then each queue's plan.
+pub async fn read_queues(
+    con: &mut MultiplexedConnection,
+    names: Vec<String>,
+    now_ms: i64,
+    window: &Window,
+    with_spread: bool,
+) -> Result<Read, RedisError> {
     let keys: Vec<Keys> = names.iter().map(|n| Keys::of(n)).collect();
 
     // Second: INFO and the three keys' types.
@@ -619,11 +645,11 @@ pub async fn collect(
     pipe.ignore_errors();
     for (k, steps) in keys.iter().zip(&plans) {
         for step in steps.iter().flatten() {
-            pipe.add_command(step.command(k, now_ms, &window));
+            pipe.add_command(step.command(k, now_ms, window));
         }
     }
     let sent = pipe.len();
-    let mut round_trips = 2;
+    let mut round_trips = 1;
     let third: Vec<Value> = if sent == 0 {
         Vec::new()
     } else {
@@ -638,7 +664,11 @@ pub async fn collect(
     }
     // And decoded by the same plans: each queue takes as many replies as
     // its plan sent commands.
-    let spread_buckets = if with_spread { buckets as usize } else { 0 };
+    let spread_buckets = if with_spread {
+        window.buckets as usize
+    } else {
+        0
+    };
     let mut rest = &third[..];
     let queues = names
         .into_iter()
@@ -652,13 +682,51 @@ pub async fn collect(
             QueueStats { name, counts }
         })
         .collect();
-    Ok(Snapshot {
-        now_ms,
-        window,
-        queues,
+    Ok(Read {
         info,
-        maxmemory_policy,
+        queues,
         round_trips,
+    })
+}
+
+/// The spread window of a scrape at `now_ms`.
+pub fn window_at(now_ms: i64, window_ms: i64, buckets: u32) -> Window {
+    Window {
+        start_ms: now_ms,
+        end_ms: now_ms.saturating_add(window_ms),
+        buckets,
+    }
+}
+
+/// Reads everything shown for `cli_queues` plus the auto-promoted queues.
+///
+/// Every command is sent only to a key of the type it reads (TYPE first), so
+/// a scrape never fails a command: a misconfigured queue does not bump the
+/// server's error stats nor `echomq_errors` (ECHO.SPREAD on a wrong type
+/// would), and scraping changes no number it reports.
+///
+/// `with_spread` false leaves ECHO.SPREAD out (each `spread` is then empty):
+/// /metrics shows no histogram, and the spreads are nearly all of a scrape's
+/// server time (one range count per bucket per queue).
+pub async fn collect(
+    con: &mut MultiplexedConnection,
+    cli_queues: &[String],
+    window_ms: i64,
+    buckets: u32,
+    with_spread: bool,
+) -> Result<Snapshot, RedisError> {
+    let f = first(con).await?;
+    let names = merge_queues(cli_queues, &f.queues);
+    let window = window_at(f.now_ms, window_ms, buckets);
+    let r = read_queues(con, names, f.now_ms, &window, with_spread).await?;
+    Ok(Snapshot {
+        now_ms: f.now_ms,
+        window,
+        queues: r.queues,
+        info: r.info,
+        maxmemory_policy: f.maxmemory_policy,
+        round_trips: 1 + r.round_trips,
+        nodes: Vec::new(),
     })
 }
 
@@ -800,6 +868,22 @@ mod tests {
             .expect("an error reply");
         assert!(matches!(unknown, Value::ServerError(_)), "{unknown:?}");
         assert!(echo_queues_pairs(&unknown).is_empty());
+    }
+
+    #[test]
+    fn a_redirect_reads_as_the_servers_text() {
+        // What a cluster node answers for a key of a slot it does not serve:
+        // the queue's error, which main.rs takes as a stale slot map.
+        for reply in [
+            &b"-MOVED 105 127.0.0.1:7000\r\n"[..],
+            b"-ASK 105 127.0.0.1:7000\r\n",
+        ] {
+            let v = redis::parse_redis_value(reply).expect("an error reply");
+            let e = key_type(&v).unwrap_err();
+            assert!(crate::cluster::is_redirect(&e), "{e}");
+            assert!(e.ends_with("105 127.0.0.1:7000"), "{e}");
+            assert_eq!(plan(&[v.clone(), v.clone(), v], true), Err(e));
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod harness;
 mod node;
 
 mod api;
+mod cluster;
 mod metrics;
 mod page;
 mod security;
