@@ -1037,3 +1037,155 @@ fn echo_hold_is_routed_to_the_slot_owner_and_replicated() {
     assert_eq!(lifted, 0);
     assert_eq!(promote(&mut on_owner_con, schedule, "{hold}:pending"), 1);
 }
+
+/// `rate-in-force` of an `ECHO.LIMITS` reply, as the server wrote it.
+fn rate_in_force(con: &mut Connection, schedule: &str) -> String {
+    let reply: Vec<Value> = q!(con, "ECHO.LIMITS", schedule);
+    let at = reply
+        .iter()
+        .position(|v| *v == Value::BulkString(b"rate-in-force".to_vec()))
+        .unwrap_or_else(|| panic!("{reply:?}"));
+    match &reply[at + 1] {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// `CLUSTER FAILOVER [FORCE]` run by `replica`, once the cluster agrees it
+/// owns `slot`.
+fn take_over(cluster: &Cluster, replica: usize, slot: u16, force: bool) {
+    let mut con = cluster.conn(replica);
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("FAILOVER");
+    if force {
+        cmd.arg("FORCE");
+    }
+    let _: () = cmd.query(&mut con).expect("CLUSTER FAILOVER");
+    wait_until("the replica took over", Duration::from_secs(60), || {
+        cluster.check_stable()?;
+        (cluster.owner(slot) == replica)
+            .then_some(())
+            .ok_or("not yet".to_string())
+    });
+}
+
+/// A limit's state and a hold are keys in their schedule's slot, so they go
+/// where the slot goes. A fixed limit of 1/s with its burst of 20 spent (20 s
+/// to refill), an adaptive one whose failing windows lowered its rate, and
+/// a hold of 10 minutes, through a CLUSTER FAILOVER, a CLUSTER FAILOVER
+/// FORCE back and a migration of the slot to a third primary: each new
+/// owner holds the same state keys, shows the same rate in force and hold,
+/// and releases no fresh burst. (The atomic migration of a limited queue
+/// under workers: clients/tests/failover.rs.)
+#[test]
+fn a_limits_state_and_a_hold_go_with_their_slot() {
+    let cluster = Cluster::start();
+    let (fixed, adaptive, held) = ("{lst}:fixed", "{lst}:adaptive", "{lst}:held");
+    let pending = "{lst}:pending";
+    let slot = cluster.keyslot(fixed);
+    let limits = format!("{fixed} 1/s 20 {adaptive} adaptive:1000/s 50");
+    for i in 0..cluster.nodes.len() {
+        let mut con = cluster.conn(i);
+        let _: () = q!(&mut con, "CONFIG", "SET", "echomq.release-limits", &limits);
+        let _: () = q!(&mut con, "CONFIG", "SET", "echomq.adaptive-window-ms", 50);
+    }
+    let a = cluster.owner(slot);
+    let mut con = cluster.conn(a);
+    let due = |con: &mut Connection, schedule: &str, n: usize| {
+        let now_ms = server_time_ms(con);
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(schedule);
+        for i in 0..n {
+            zadd.arg(now_ms - 10_000 + i as i64)
+                .arg(format!("job-{i:05}"));
+        }
+        let _: () = zadd.query(con).expect("ZADD");
+    };
+    due(&mut con, fixed, 500);
+    due(&mut con, adaptive, 5000);
+    due(&mut con, held, 10);
+    assert_eq!(promote(&mut con, fixed, pending), 20, "the burst");
+    let burst_spent = Instant::now();
+    assert_eq!(promote(&mut con, adaptive, pending), 50);
+    for round in 0..3 {
+        sleep(Duration::from_millis(60));
+        for i in 0..30 {
+            let job = format!("failed-{round}-{i}");
+            retry(&mut con, adaptive, &job, "fixed:600000", 1);
+        }
+        promote(&mut con, adaptive, pending);
+    }
+    sleep(Duration::from_millis(60));
+    promote(&mut con, adaptive, pending);
+    let rate = rate_in_force(&mut con, adaptive);
+    assert!(rate.parse::<f64>().unwrap() < 1000.0, "lowered: {rate}");
+    let until: i64 = q!(&mut con, "ECHO.HOLD", held, 600_000);
+    let state_keys = [
+        format!("{fixed}:echomq-limit"),
+        format!("{adaptive}:echomq-limit"),
+        format!("{held}:echomq-hold"),
+    ];
+    let states: Vec<String> = q!(&mut con, "MGET", &state_keys);
+    println!("on the first owner: {states:?}");
+
+    let check = |owner: usize, what: &str| {
+        let mut con = cluster.conn(owner);
+        let now: Vec<String> = q!(&mut con, "MGET", &state_keys);
+        assert_eq!(now, states, "{what}: the state keys");
+        // Within one window's change: the window a node counted before it
+        // lost the slot is closed, and applied, when the slot comes back.
+        let (was, is) = (
+            rate.parse::<f64>().unwrap(),
+            rate_in_force(&mut con, adaptive),
+        );
+        let is = is.parse::<f64>().unwrap();
+        assert!(
+            is == was || is == was + 20.0 || is == was / 2.0,
+            "{what}: the rate in force {is}, was {was}"
+        );
+        let limits = limits_of(&mut con, held);
+        assert_eq!(limits.get("held-until-ms"), Some(&until), "{what}");
+        assert_eq!(promote(&mut con, held, pending), 0, "{what}: held");
+        // 1/s: what the bucket refilled since the burst left, no more.
+        let refilled = burst_spent.elapsed().as_secs() as i64 + 1;
+        let available = limits_of(&mut con, fixed)["available"];
+        assert!(available <= refilled, "{what}: {available} available");
+        println!("{what}: {available} of the fixed limit available, {refilled} s after its burst");
+    };
+    let r = cluster.replica_of(a);
+    take_over(&cluster, r, slot, false);
+    check(r, "after CLUSTER FAILOVER");
+    take_over(&cluster, a, slot, true);
+    check(a, "after CLUSTER FAILOVER FORCE");
+
+    let c = *cluster
+        .primaries()
+        .iter()
+        .find(|&&i| i != a && i != r)
+        .unwrap();
+    let (a_id, c_id) = (cluster.id(a), cluster.id(c));
+    let mut on_c = cluster.conn(c);
+    let _: () = q!(&mut on_c, "CLUSTER", "SETSLOT", slot, "IMPORTING", &a_id);
+    let _: () = q!(&mut con, "CLUSTER", "SETSLOT", slot, "MIGRATING", &c_id);
+    let keys: Vec<String> = q!(&mut con, "CLUSTER", "GETKEYSINSLOT", slot, 100);
+    let to_c = ("127.0.0.1", cluster.port(c), "", 0, 10_000);
+    let reply: String = q!(&mut con, "MIGRATE", to_c, "KEYS", &keys);
+    assert_eq!(reply, "OK");
+    for primary in cluster.primaries() {
+        let _: () = q!(
+            &mut cluster.conn(primary),
+            "CLUSTER",
+            "SETSLOT",
+            slot,
+            "NODE",
+            &c_id
+        );
+    }
+    wait_until("the slot is C's", Duration::from_secs(30), || {
+        cluster.check_stable()?;
+        (cluster.owner(slot) == c)
+            .then_some(())
+            .ok_or("not yet".to_string())
+    });
+    check(c, "after a slot migration");
+}

@@ -19,6 +19,9 @@ use common::*;
 
 const S: &str = "{r}:schedule";
 const P: &str = "{r}:pending";
+/// Where `S`'s limit keeps its state. It outlives a removed entry until it
+/// expires, so a round that wants a fresh limit deletes it.
+const STATE: &str = "{r}:schedule:echomq-limit";
 
 fn set_limits(con: &mut Connection, value: &str) {
     let _: () = q!(con, "CONFIG", "SET", "echomq.release-limits", value);
@@ -198,7 +201,7 @@ fn a_client_promote_loop_releases_exactly_at_the_limit() {
     let server = Server::start();
     let mut con = server.conn();
     for (limit, burst, n, run_s) in [("100/s 10", 10, 100, 5), ("3/s 2", 2, 3, 10)] {
-        let _: () = q!(&mut con, "DEL", S, P);
+        let _: () = q!(&mut con, "DEL", S, P, STATE);
         fill_due(&mut con, S, 2000);
         set_limits(&mut con, &format!("{S} {limit}"));
         let (samples, ends) = promote_loop(
@@ -224,7 +227,7 @@ fn the_timer_releases_exactly_at_the_limit() {
     let server = Server::start();
     let mut con = server.conn();
     for (limit, burst, n, run_s) in [("100/s 10", 10, 100, 5), ("3/s 2", 2, 3, 10)] {
-        let _: () = q!(&mut con, "DEL", S, P);
+        let _: () = q!(&mut con, "DEL", S, P, STATE);
         fill_due(&mut con, S, 2000);
         set_limits(&mut con, &format!("{S} {limit}"));
         let _: () = q!(
@@ -280,7 +283,7 @@ fn held_members_leave_in_fire_time_order_through_50_limit_changes() {
     let mut con = server.conn();
     let n = 20_000;
     for stream in [false, true] {
-        let _: () = q!(&mut con, "DEL", S, P);
+        let _: () = q!(&mut con, "DEL", S, P, STATE);
         if stream {
             let _: () = q!(&mut con, "XGROUP", "CREATE", P, "workers", "0", "MKSTREAM");
         }
@@ -658,6 +661,8 @@ fn schedule_is_a_retry_that_is_not_a_failure() {
     sleep(Duration::from_millis(20));
     assert_eq!(limit_field(&mut con, S, "failures"), Some(200.0));
     assert!(limit_field(&mut con, S, "rate-in-force").unwrap() < 1000.0);
+    // ECHO.LIMITS shows the window's effect; the next release books it.
+    assert_eq!(promote(&mut con, S, P), 0);
     assert!(stat(&mut con, "adaptive_decreases") >= 1);
 }
 
@@ -797,6 +802,15 @@ fn limits_and_holds_replicate_only_what_moved() {
     }
     sleep(Duration::from_millis(600));
     let _: () = q!(&mut p, "CONFIG", "SET", "echomq.auto-promote", "");
+    // The limit's state key expires once its bucket is full again (10 ms at
+    // 2000/s burst 20); the digests are compared after that, as a replayed
+    // AOF may load it expired.
+    wait_until("the state key expired", Duration::from_secs(5), || {
+        let exists: i64 = q!(&mut p, "EXISTS", STATE);
+        (exists == 0)
+            .then_some(())
+            .ok_or(format!("EXISTS {exists}"))
+    });
     wait_replica_synced(&mut p, &mut r);
     let want = digest(&mut p);
     assert_eq!(digest(&mut r), want, "the module-less replica");
@@ -808,6 +822,91 @@ fn limits_and_holds_replicate_only_what_moved() {
     let again = Server::start_in(bare, &dir.0);
     let mut a = again.conn();
     assert_eq!(digest(&mut a), want, "the AOF replayed without the module");
+}
+
+/// A limit's state is a key beside its schedule, written with the release
+/// that changed it: a replica holds the primary's, so the replica promoted
+/// by a failover goes on from the rate in force and the arrival time (no
+/// reset of an adaptive rate to its ceiling, no fresh burst). Each database
+/// has its own state, and a state key of another type refuses the release
+/// before anything moves.
+#[test]
+fn a_limits_state_is_a_key_a_promoted_replica_goes_on_from() {
+    let (primary, _replica, mut p, mut r) = primary_and_replica(Options::default());
+    let limits = format!("{S} adaptive:1000/s 50 {{w}}:s 10/s 5");
+    for con in [&mut p, &mut r] {
+        set_limits(con, &limits);
+        let _: () = q!(con, "CONFIG", "SET", "echomq.adaptive-window-ms", 50);
+    }
+    fill_due(&mut p, S, 2000);
+    // A herd: the burst leaves, then two failing windows halve the rate.
+    assert_eq!(promote(&mut p, S, P), 50);
+    for round in 0..2 {
+        sleep(Duration::from_millis(60));
+        for i in 0..20 {
+            let _: i64 = q!(
+                &mut p,
+                "ECHO.RETRY",
+                S,
+                format!("f-{round}-{i}"),
+                "fixed:600000",
+                1
+            );
+        }
+        promote(&mut p, S, P);
+    }
+    sleep(Duration::from_millis(60));
+    promote(&mut p, S, P);
+    let rate = limit_field(&mut p, S, "rate-in-force").unwrap();
+    assert!(rate < 1000.0, "the failures lowered the rate: {rate}");
+    let state: String = q!(&mut p, "GET", STATE);
+    assert!(state.starts_with("1 adaptive 1000 1000 50 "), "{state}");
+    let kept_until: i64 = q!(&mut p, "PEXPIRETIME", STATE);
+    let now_ms = server_time_ms(&mut p);
+    assert!(
+        kept_until > now_ms + 500_000,
+        "a lowered rate is kept for minutes: {kept_until} at {now_ms}"
+    );
+    wait_replica_synced(&mut p, &mut r);
+    let on_replica: String = q!(&mut r, "GET", STATE);
+    assert_eq!(on_replica, state, "replicated as written");
+    assert_eq!(limit_field(&mut r, S, "rate-in-force"), Some(rate));
+
+    let _: () = q!(&mut r, "REPLICAOF", "NO", "ONE");
+    let new_rate = limit_field(&mut r, S, "rate-in-force").unwrap();
+    let old_available = limit_field(&mut p, S, "available").unwrap();
+    let new_available = limit_field(&mut r, S, "available").unwrap();
+    println!("rate in force {rate}/s, after the switch {new_rate}/s; available {old_available} on the old primary, {new_available} on the new one");
+    assert_eq!(new_rate, rate, "the new primary's rate in force");
+    assert!(new_available < 50.0, "no fresh burst: {new_available}");
+    assert!(
+        (new_available - old_available).abs() <= 1.0,
+        "the same bucket: {new_available} vs {old_available}"
+    );
+    let moved = promote(&mut r, S, P);
+    assert!(
+        moved as f64 <= new_available + 1.0,
+        "{moved} after {new_available}"
+    );
+
+    // Database 1 has a limit of its own: a full burst, though 0 spent its.
+    let mut one = primary.conn();
+    let _: () = q!(&mut one, "SELECT", 1);
+    fill_due(&mut one, S, 100);
+    assert_eq!(promote(&mut one, S, P), 50);
+    let in_one: String = q!(&mut one, "GET", STATE);
+    assert!(in_one.starts_with("1 adaptive 1000 1000 50 "), "{in_one}");
+    let in_zero: String = q!(&mut p, "GET", STATE);
+    assert_ne!(in_one, in_zero);
+
+    // A state key of another type: WRONGTYPE, nothing moved.
+    let _: () = q!(&mut p, "RPUSH", "{w}:s:echomq-limit", "x");
+    let _: () = q!(&mut p, "ZADD", "{w}:s", 0, "a");
+    let e = err!(&mut p, "ECHO.PROMOTE", "{w}:s", "{w}:p");
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    let left: i64 = q!(&mut p, "ZCARD", "{w}:s");
+    let pending: i64 = q!(&mut p, "EXISTS", "{w}:p");
+    assert_eq!((left, pending), (1, 0));
 }
 
 /// A hold is a key beside its schedule, in its slot, expiring when the

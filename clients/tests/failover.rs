@@ -753,22 +753,20 @@ fn limited_queue_at(cluster: &Cluster, queue: &str, owner: usize, rate: i64, bur
     promoted_queue(cluster, queue, owner);
 }
 
-/// The new owner's own entry, read right after the switch: it started with
-/// a full burst (nothing of the old owner's state came along), so what it
-/// has released since and what it may still release make at least a burst
-/// (a state inherited from an old owner working through a backlog would
-/// start near 0).
-fn assert_starts_with_a_full_burst(limits: &BTreeMap<String, i64>, who: &str) {
+/// The new owner's entry, read right after the switch: it goes on from the
+/// limit's state key, which came with the slot (at 200/s a spent burst
+/// refills in 100 ms, so a switch that took longer finds it full again):
+/// the same burst, no hold, never more than a burst available.
+/// (tests/cluster.rs holds a slowly refilling limit through a failover, a
+/// forced one and a migration, and sees no fresh burst.)
+fn assert_within_one_burst(limits: &BTreeMap<String, i64>, who: &str) {
     assert_eq!(limits.get("burst"), Some(&BURST), "{who}: {limits:?}");
     assert_eq!(limits.get("held-until-ms"), Some(&0), "{who}: {limits:?}");
-    let (available, released) = (limits["available"], limits["released"]);
+    let available = limits["available"];
     assert!(
-        available + released >= BURST,
-        "{who} did not start with a full burst: {limits:?}"
+        (0..=BURST).contains(&available),
+        "{who} may release more than a burst: {limits:?}"
     );
-    if released == 0 {
-        assert_eq!(available, BURST, "{who}: {limits:?}");
-    }
 }
 
 /// At the end: `released` on a primary counts every member its limit let out
@@ -787,9 +785,9 @@ fn assert_released_all_it_promoted(con: &mut Connection, queue: &str, who: &str)
 /// auto-promote pair on every node) under a Rust, a Python and a Node.js
 /// worker, through a CLUSTER FAILOVER of the slot's owner. The jobs fall due
 /// at 500 a second, over twice the rate, so the old owner works through a
-/// backlog its limit holds back. The replica keeps its own entry, full, and
-/// releases nothing until it takes over; then it starts with a full burst,
-/// and every job is done, as without a limit.
+/// backlog its limit holds back. The replica releases nothing until it
+/// takes over; then it goes on from the limit's state key, replicated, and
+/// every job is done, as without a limit.
 #[test]
 fn workers_in_three_languages_go_on_through_a_cluster_failover_of_a_limited_queue() {
     let test = "workers_in_three_languages_go_on_through_a_cluster_failover_of_a_limited_queue";
@@ -833,7 +831,7 @@ fn workers_in_three_languages_go_on_through_a_cluster_failover_of_a_limited_queu
         done_before < N as u64,
         "the queue was done before the failover"
     );
-    assert_starts_with_a_full_burst(&new_owner, "the new owner");
+    assert_within_one_burst(&new_owner, "the new owner");
 
     let outputs = finish(&mut workers, &mut on_r, queue, N);
     assert_all_went_on(&outputs, switched);
@@ -853,8 +851,9 @@ fn workers_in_three_languages_go_on_through_a_cluster_failover_of_a_limited_queu
 /// SETSLOT NODE everywhere). The workers know only the old owner: their
 /// cluster clients follow ASK while the slot moves and MOVED after. The new
 /// owner's entry, read while it imports the slot (ASKING), is full and has
-/// released nothing; right after the switch it starts with that full burst;
-/// every job is done.
+/// released nothing (the state key has not come yet); right after the
+/// switch it goes on from the state key that came with the slot; every job
+/// is done.
 #[test]
 fn workers_in_three_languages_go_on_through_a_slot_migration_of_a_limited_queue() {
     let test = "workers_in_three_languages_go_on_through_a_slot_migration_of_a_limited_queue";
@@ -922,7 +921,7 @@ fn workers_in_three_languages_go_on_through_a_slot_migration_of_a_limited_queue(
         in_flight.len()
     );
     assert!(done_before < N as u64, "the queue was done before the move");
-    assert_starts_with_a_full_burst(&new_owner, "the new owner");
+    assert_within_one_burst(&new_owner, "the new owner");
     wait_until("the slot is B's", Duration::from_secs(30), || {
         cluster.check_stable()?;
         (cluster.owner(slot) == b)

@@ -126,7 +126,7 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     if let (true, Some(dead_key)) = (dies, &dead) {
         dead_letter(&schedule_key, job, dead_key)?;
         stats::dead_lettered();
-        release::failed(schedule.as_slice());
+        release::failed(ctx, schedule.as_slice());
         return Ok(RedisValue::Integer(DEAD_LETTERED));
     }
 
@@ -138,6 +138,6 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
             .delay_ms_with_rng(request.delay.attempts, &mut rand::rng())
     })?;
     stats::retried(jittered);
-    release::failed(schedule.as_slice());
+    release::failed(ctx, schedule.as_slice());
     Ok(RedisValue::Integer(reply))
 }

@@ -109,7 +109,7 @@ pub fn move_due(
         TimeLimit::Unbounded => (limit, None),
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
-    let allowance = release::allowance(ctx, schedule);
+    let allowance = release::allowance(ctx, schedule)?;
     let mut moved = take_due(
         &schedule_key,
         &pending,
@@ -125,7 +125,13 @@ pub fn move_due(
             && allowance.count < limit
             && moved.refused.is_none()
             && !schedule_key.zset_due(now_ms as f64, 1).is_empty();
-        release::released(schedule.as_slice(), &allowance, moved.count, moved.limited);
+        release::released(
+            ctx,
+            schedule.as_slice(),
+            &allowance,
+            moved.count,
+            moved.limited,
+        );
     }
     Ok(moved)
 }

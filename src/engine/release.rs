@@ -5,12 +5,16 @@
 //! ECHO.ADD asks whether a run may skip the schedule, and the holds
 //! ECHO.HOLD writes.
 //!
-//! A limit's state lives in the module's memory on the primary only: it is
-//! not replicated or persisted, so after a restart, failover or slot move a
-//! schedule starts with a full burst. A hold lives in the keyspace, in a
-//! string key beside its schedule (`hold_key`) that expires when the hold
-//! ends: it is replicated and persisted like any key, counted in maxmemory,
-//! and there is no table of holds for a client to fill.
+//! A limit's state lives in the keyspace, in a string key beside its
+//! schedule (`<schedule>:echomq-limit`, `limiter::Saved`): the rate in force
+//! and the theoretical arrival time, read before each release and written
+//! in the same step when the release changed them, so a replica, the AOF, a
+//! failover and a slot migration keep it, and each database has its own.
+//! The key lives only while it says something (`Limit::persist`). What
+//! stays in the memory of the node that counts it: the adaptive window's
+//! counts and the totals ECHO.LIMITS shows. A hold lives in the keyspace
+//! too, in a string key (`<schedule>:echomq-hold`) that expires when the hold ends: there
+//! is no table of holds for a client to fill.
 //! Everything runs on the main thread; the mutex only makes the table a
 //! shareable static, and `ACTIVE` lets a call skip it while it is empty.
 
@@ -22,7 +26,7 @@ use redis_module::{Context, RedisError};
 use crate::engine::stats;
 use crate::rules::configs;
 use crate::rules::errors::ReplyError;
-use crate::rules::limiter::{self, Adaptive, Limit, LimitKind, Limits};
+use crate::rules::limiter::{self, Adaptive, Limit, LimitKind, Limits, Persist, Saved};
 use crate::rules::slots;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
 use crate::server::keys::{Arg, Key, Kind, OwnedName};
@@ -142,30 +146,65 @@ fn now_ms() -> i64 {
 pub struct Allowance {
     pub count: u64,
     at_ms: i64,
+    /// The limit's state differs from its key's before any release.
+    unsaved: bool,
 }
 
 /// How many members may leave `schedule` now: `None` when it is neither
-/// limited nor held.
-pub fn allowance(ctx: &Context, schedule: &Arg) -> Option<Allowance> {
-    if held_until(ctx, schedule.as_slice()).is_some() {
-        return Some(Allowance {
-            count: 0,
-            at_ms: now_ms(),
-        });
-    }
-    limit_allowance(schedule.as_slice())
+/// limited nor held. Reads the limit's saved state; `WRONGTYPE` when its
+/// key is not a string (before anything is written).
+pub fn allowance(ctx: &Context, schedule: &Arg) -> Result<Option<Allowance>, RedisError> {
+    let at_ms = now_ms();
+    let limited = match ACTIVE.load(Relaxed) {
+        true => limit_available(ctx, schedule.as_slice(), at_ms)?,
+        false => None,
+    };
+    let held = held_until(ctx, schedule.as_slice()).is_some();
+    let unsaved = limited.is_some_and(|(_, unsaved)| unsaved);
+    let count = match (held, limited) {
+        (true, _) => 0,
+        (false, Some((count, _))) => count,
+        (false, None) => return Ok(None),
+    };
+    Ok(Some(Allowance {
+        count,
+        at_ms,
+        unsaved,
+    }))
 }
 
-/// What the limit alone lets leave `schedule` now (`None`: not limited; the
-/// clock is not even read then). The timer asks this before it opens a
-/// pair's keys.
-pub fn limit_allowance(schedule: &[u8]) -> Option<Allowance> {
+/// What the limit alone lets leave `schedule` at `now_ms`, its saved state
+/// read, and whether that state was changed in the reading (`None`: not
+/// listed).
+fn limit_available(
+    ctx: &Context,
+    schedule: &[u8],
+    now_ms: i64,
+) -> Result<Option<(u64, bool)>, RedisError> {
+    let db = context::selected_db(ctx);
+    let mut state = state();
+    let Some(limit) = state.limits.get_mut(schedule, db, now_ms) else {
+        return Ok(None);
+    };
+    let unsaved = restore(ctx, schedule, limit, now_ms)?;
+    Ok(Some((limit.available(now_ms), unsaved)))
+}
+
+/// Whether the limit of `schedule` (in database `db`) may let anything
+/// leave now, as this node's memory of its state says: the timer passes over
+/// a pair it says no for without opening its keys. The memory is the state
+/// this node last read from the key or wrote to it, and the key's can only
+/// be as far ahead or further (TAT moves forward), unless a client wrote the
+/// key: then a no is late by at most the time the bucket takes to refill.
+pub fn may_allow(schedule: &[u8], db: i32) -> bool {
     if !ACTIVE.load(Relaxed) {
-        return None;
+        return true;
     }
-    let at_ms = now_ms();
-    let count = state().limits.allowance(schedule, at_ms)?;
-    Some(Allowance { count, at_ms })
+    let now_ms = now_ms();
+    state()
+        .limits
+        .get(schedule, db)
+        .is_none_or(|limit| limit.available(now_ms) > 0)
 }
 
 /// Whether a run of `schedule` must pass its release: the schedule is listed
@@ -178,30 +217,102 @@ pub fn governed(ctx: &Context, schedule: &[u8]) -> bool {
 }
 
 /// Records `count` members released from `schedule` under `allowance`;
-/// `held` when the limit (or a hold) left due members behind.
-pub fn released(schedule: &[u8], allowance: &Allowance, count: u64, held: bool) {
+/// `held` when the limit (or a hold) left due members behind. Writes the
+/// limit's saved state when the release changed it.
+pub fn released(ctx: &Context, schedule: &[u8], allowance: &Allowance, count: u64, held: bool) {
     if held {
         stats::release_limited();
     }
+    let db = context::selected_db(ctx);
     let mut state = state();
     let adaptive = state.adaptive();
-    if state
-        .limits
-        .released(schedule, allowance.at_ms, count, held, adaptive)
-    {
+    let Some(limit) = state.limits.get_mut(schedule, db, allowance.at_ms) else {
+        return;
+    };
+    let before = limit.saved();
+    if limit.release(allowance.at_ms, count, held, adaptive) {
         stats::adaptive_decrease();
+    }
+    let changed = allowance.unsaved || limit.saved() != before;
+    let change = changed.then(|| limit.persist(allowance.at_ms));
+    drop(state);
+    if let Some(change) = change {
+        save(ctx, schedule, change);
     }
 }
 
-/// Records a failure of a job of `schedule` (an ECHO.RETRY naming it).
-pub fn failed(schedule: &[u8]) {
+/// Records a failure of a job of `schedule` (an ECHO.RETRY naming it), and
+/// writes the limit's saved state when the window it closed changed it. A
+/// state key of another type is left alone (the failure still counts).
+pub fn failed(ctx: &Context, schedule: &[u8]) {
     if !ACTIVE.load(Relaxed) {
         return;
     }
+    let now_ms = now_ms();
+    let db = context::selected_db(ctx);
     let mut state = state();
     let adaptive = state.adaptive();
-    if state.limits.failed(schedule, now_ms(), adaptive) {
+    let Some(limit) = state.limits.get_mut(schedule, db, now_ms) else {
+        return;
+    };
+    let restored = restore(ctx, schedule, limit, now_ms);
+    let before = limit.saved();
+    if limit.fail(now_ms, adaptive) {
         stats::adaptive_decrease();
+    }
+    let changed = match restored {
+        Ok(unsaved) => unsaved || limit.saved() != before,
+        Err(_) => false,
+    };
+    let change = changed.then(|| limit.persist(now_ms));
+    drop(state);
+    if let Some(change) = change {
+        save(ctx, schedule, change);
+    }
+}
+
+/// What a schedule's limit key is named after, as its hold key.
+pub const LIMIT_SUFFIX: &[u8] = b":echomq-limit";
+
+/// Reads the saved state of `schedule`'s limit into `limit`: whether the
+/// state then differs from the key's (`Limit::restore`). A key holding no
+/// state `encode` writes holds none. Without a key name (see `beside`) the
+/// state stays what this node's memory has.
+fn restore(
+    ctx: &Context,
+    schedule: &[u8],
+    limit: &mut Limit,
+    now_ms: i64,
+) -> Result<bool, RedisError> {
+    let Some(name) = beside(ctx, schedule, LIMIT_SUFFIX) else {
+        return Ok(false);
+    };
+    let name = OwnedName::new(ctx, &name);
+    let key = Key::open_read(ctx, name.arg());
+    let saved = match key.kind() {
+        Kind::Missing => None,
+        Kind::String => key.string_bytes().and_then(|bytes| Saved::decode(&bytes)),
+        _ => return Err(RedisError::WrongType),
+    };
+    Ok(limit.restore(saved, now_ms))
+}
+
+/// Writes a change of `schedule`'s limit state (a key of another type is
+/// left as it is).
+fn save(ctx: &Context, schedule: &[u8], change: Persist) {
+    let Some(name) = beside(ctx, schedule, LIMIT_SUFFIX) else {
+        return;
+    };
+    let name = OwnedName::new(ctx, &name);
+    let key = Key::open_write(ctx, name.arg());
+    match (change, key.kind()) {
+        (Persist::Forget, Kind::String) => {
+            key.delete();
+        }
+        (Persist::Keep { text, until_ms }, Kind::String | Kind::Missing) => {
+            key.set_expiring(text.as_bytes(), until_ms);
+        }
+        _ => {}
     }
 }
 
@@ -209,10 +320,11 @@ pub fn failed(schedule: &[u8]) {
 /// a schedule with a hash tag, `{<schedule>}:echomq-hold` otherwise.
 pub const HOLD_SUFFIX: &[u8] = b":echomq-hold";
 
-/// The name of `schedule`'s hold key: `None` in a cluster when it could not
-/// share the schedule's slot (a `}` in a name without a hash tag).
-fn hold_key(ctx: &Context, schedule: &[u8]) -> Option<Vec<u8>> {
-    let name = slots::derived_key(schedule, HOLD_SUFFIX);
+/// The name of the key of `schedule` with `suffix` (its hold or its
+/// limit's state): `None` in a cluster when it could not share the
+/// schedule's slot (a `}` in a name without a hash tag).
+fn beside(ctx: &Context, schedule: &[u8], suffix: &[u8]) -> Option<Vec<u8>> {
+    let name = slots::derived_key(schedule, suffix);
     if context::in_cluster(ctx) && slots::key_slot(&name) != slots::key_slot(schedule) {
         return None;
     }
@@ -222,7 +334,7 @@ fn hold_key(ctx: &Context, schedule: &[u8]) -> Option<Vec<u8>> {
 /// Until when (server ms) `schedule` is held, if it is now. A hold key of
 /// another type, or holding no integer, holds nothing.
 pub fn held_until(ctx: &Context, schedule: &[u8]) -> Option<i64> {
-    let name = OwnedName::new(ctx, &hold_key(ctx, schedule)?);
+    let name = OwnedName::new(ctx, &beside(ctx, schedule, HOLD_SUFFIX)?);
     let key = Key::open_read(ctx, name.arg());
     key.string_i64().filter(|&until| until > now_ms())
 }
@@ -235,7 +347,7 @@ pub fn held_until(ctx: &Context, schedule: &[u8]) -> Option<i64> {
 /// must work then, for a queue with jobs, but must not let a client make
 /// keys without bound; extending and lifting always work).
 pub fn hold(ctx: &Context, schedule: &Arg, ms: u64) -> Result<i64, RedisError> {
-    let Some(name) = hold_key(ctx, schedule.as_slice()) else {
+    let Some(name) = beside(ctx, schedule.as_slice(), HOLD_SUFFIX) else {
         return Err(ReplyError::HoldNeedsTag.into());
     };
     let name = OwnedName::new(ctx, &name);
@@ -276,28 +388,33 @@ pub struct LimitView {
     pub failures: u64,
 }
 
+/// Works on a copy of the limit: a read-only command (served by a replica
+/// too) changes nothing, and a window that ended shows its effect.
 pub fn snapshot(ctx: &Context, schedule: &[u8]) -> Snapshot {
     let held_until_ms = held_until(ctx, schedule);
     let now_ms = now_ms();
+    let db = context::selected_db(ctx);
     let mut state = state();
     let adaptive = state.adaptive();
-    let limit = state.limits.get_mut(schedule).map(|limit: &mut Limit| {
-        // A window that ended shows its effect.
-        if limit.roll(now_ms, adaptive) {
-            stats::adaptive_decrease();
-        }
+    let limit = state.limits.get_mut(schedule, db, now_ms).map(|limit| {
+        let released = limit.released();
+        let failures = limit.failures();
+        let mut view = limit.clone();
+        // A state key of another type: what this node's memory has.
+        let _ = restore(ctx, schedule, &mut view, now_ms);
+        view.roll(now_ms, adaptive);
         LimitView {
-            rate_per_second: limit.spec().rate.per_second(),
-            in_force_per_second: limit.in_force_per_second(),
-            burst: limit.spec().burst,
-            adaptive: limit.spec().rate.kind == LimitKind::Adaptive,
+            rate_per_second: view.spec().rate.per_second(),
+            in_force_per_second: view.in_force_per_second(),
+            burst: view.spec().burst,
+            adaptive: view.spec().rate.kind == LimitKind::Adaptive,
             available: if held_until_ms.is_some() {
                 0
             } else {
-                limit.available(now_ms)
+                view.available(now_ms)
             },
-            released: limit.released(),
-            failures: limit.failures(),
+            released,
+            failures,
         }
     });
     Snapshot {

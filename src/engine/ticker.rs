@@ -35,6 +35,10 @@ use crate::server::keys::OwnedName;
 use crate::server::timer::{self, OnTimer, TimerId};
 use crate::server::{clock, context, events, log};
 
+/// The keys of echomq.auto-promote live in database 0 (the only one a
+/// cluster has by default); a timer's context has none of its own choosing.
+const TIMER_DB: i32 = 0;
+
 pub const DEFAULT_INTERVAL_MS: i64 = 10;
 pub const MAX_INTERVAL_MS: i64 = 60_000;
 pub const DEFAULT_LIMIT: i64 = 1000;
@@ -257,7 +261,7 @@ impl OnTimer for Tick {
             };
             // A pair whose release limit allows nothing now is passed over
             // without opening its keys (a hold is a key: move_due reads it).
-            if release::limit_allowance(&pair.schedule).is_none_or(|a| a.count > 0) {
+            if release::may_allow(&pair.schedule, TIMER_DB) {
                 serve_and_count(ctx, cursor, &pair, limit, &mut own_slots);
             }
             cursor += 1;
@@ -359,9 +363,7 @@ fn serve(
             return Ok(None);
         }
     }
-    // The keys of echomq.auto-promote live in database 0 (the only one a
-    // cluster has); a timer's context has none of its own choosing.
-    context::select_db(ctx, 0);
+    context::select_db(ctx, TIMER_DB);
     let schedule = OwnedName::new(ctx, &pair.schedule);
     let pending = OwnedName::new(ctx, &pair.pending);
     match mover::move_due(

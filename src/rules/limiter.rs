@@ -232,8 +232,12 @@ impl Limit {
     /// members stayed because of the limit.
     pub fn release(&mut self, now_ms: i64, count: u64, held: bool, adaptive: Adaptive) -> bool {
         let decreased = self.roll(now_ms, adaptive);
-        let now = self.now_ticks(now_ms);
-        self.tat = self.tat.max(now) + u128::from(count) * self.interval_ticks();
+        // A release of nothing leaves TAT as it is: a TAT in the past means
+        // the same as now, and an unchanged state needs no write.
+        if count > 0 {
+            let now = self.now_ticks(now_ms);
+            self.tat = self.tat.max(now) + u128::from(count) * self.interval_ticks();
+        }
         self.released = self.released.saturating_add(count);
         self.window.releases = self.window.releases.saturating_add(count);
         self.window.held |= held;
@@ -280,9 +284,158 @@ impl Limit {
         self.released
     }
 
+    fn ceiling(&self) -> u128 {
+        u128::from(self.spec.rate.n) * SCALE
+    }
+
+    /// The part of the state that lives in the keyspace.
+    pub fn saved(&self) -> Saved {
+        Saved {
+            rate: self.spec.rate,
+            burst: self.spec.burst,
+            in_force: self.in_force,
+            tat: self.tat,
+        }
+    }
+
+    /// Takes the state saved in the keyspace, read at `now_ms`. `None` (no
+    /// key: never written, or expired) is a full bucket at the ceiling. A
+    /// state saved under another spec (the config changed since, or the node
+    /// that saved it had another) goes over to this limit's spec as a
+    /// `CONFIG SET` would take it. A value no limit could have (the key is an
+    /// ordinary key a client may write) is brought within what one could:
+    /// a rate in force between the floor and the ceiling, TAT at most an
+    /// empty bucket ahead. Whether the state now differs from the saved one
+    /// (and must be saved again, even if no release changes it: the key's
+    /// expiry was reckoned under the former spec).
+    pub fn restore(&mut self, saved: Option<Saved>, now_ms: i64) -> bool {
+        let Some(saved) = saved else {
+            self.in_force = self.ceiling();
+            self.tat = 0;
+            return false;
+        };
+        let spec = self.spec.clone();
+        self.spec.rate = saved.rate;
+        self.spec.burst = saved.burst;
+        let ceiling = self.ceiling();
+        self.in_force = match saved.rate.kind {
+            LimitKind::Fixed => ceiling,
+            LimitKind::Adaptive => saved.in_force.clamp((ceiling / 100).max(1), ceiling),
+        };
+        let most = self.now_ticks(now_ms) + u128::from(saved.burst) * self.interval_ticks();
+        self.tat = saved.tat.min(most);
+        if self.spec != spec {
+            self.respec(spec, now_ms);
+        }
+        self.saved() != saved
+    }
+
+    /// What to do with the saved state's key after a change at `now_ms`.
+    /// The key lives only while it says something a missing key does not: a
+    /// TAT ahead of now, or an adaptive rate below its ceiling, which is
+    /// remembered for `FORGET_AFTER_MS` after its last change (an idle
+    /// dependency's rate then starts afresh at the ceiling, as TCP restarts
+    /// a connection idle for long).
+    pub fn persist(&self, now_ms: i64) -> Persist {
+        let tat_ms = i64::try_from(self.tat.div_ceil(self.in_force.max(1))).unwrap_or(i64::MAX);
+        let until_ms = if self.in_force >= self.ceiling() {
+            tat_ms
+        } else {
+            tat_ms.max(now_ms.saturating_add(FORGET_AFTER_MS))
+        };
+        if until_ms <= now_ms {
+            Persist::Forget
+        } else {
+            Persist::Keep {
+                text: self.saved().encode(),
+                until_ms,
+            }
+        }
+    }
+
     pub fn failures(&self) -> u64 {
         self.failures
     }
+}
+
+/// How long an adaptive rate below its ceiling is kept after its last
+/// change (see `Limit::persist`).
+pub const FORGET_AFTER_MS: i64 = 600_000;
+
+/// A limit's state as it lives in the keyspace: the spec it was reached
+/// under, the rate in force and TAT. The window's counts stay in the
+/// memory of the node that counts them: a failover loses at most one
+/// window's change of the rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Saved {
+    pub rate: Rate,
+    pub burst: u64,
+    pub in_force: u128,
+    pub tat: u128,
+}
+
+/// The first word of a saved state: a later layout gets another.
+const SAVED_LAYOUT: &str = "1";
+
+impl Saved {
+    /// `1 <fixed|adaptive> <n> <period_ms> <burst> <in_force> <tat>`, words
+    /// of ASCII, so that `GET` shows it to an operator.
+    pub fn encode(&self) -> String {
+        let kind = match self.rate.kind {
+            LimitKind::Fixed => "fixed",
+            LimitKind::Adaptive => "adaptive",
+        };
+        format!(
+            "{SAVED_LAYOUT} {kind} {} {} {} {} {}",
+            self.rate.n, self.rate.period_ms, self.burst, self.in_force, self.tat
+        )
+    }
+
+    /// The state `encode` wrote; `None` for anything else (read as no
+    /// state: a full bucket).
+    pub fn decode(bytes: &[u8]) -> Option<Saved> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut words = text.split(' ');
+        if words.next()? != SAVED_LAYOUT {
+            return None;
+        }
+        let kind = match words.next()? {
+            "fixed" => LimitKind::Fixed,
+            "adaptive" => LimitKind::Adaptive,
+            _ => return None,
+        };
+        let n: u64 = canonical(words.next()?)?;
+        let period_ms: u64 = canonical(words.next()?)?;
+        let burst: u64 = canonical(words.next()?)?;
+        let in_force: u128 = canonical(words.next()?)?;
+        let tat: u128 = canonical(words.next()?)?;
+        let known_period = [1000, 60_000, 3_600_000].contains(&period_ms);
+        let valid = (1..=MAX_RATE).contains(&n)
+            && known_period
+            && (1..=MAX_BURST).contains(&burst)
+            && words.next().is_none();
+        valid.then_some(Saved {
+            rate: Rate { n, period_ms, kind },
+            burst,
+            in_force,
+            tat,
+        })
+    }
+}
+
+/// A decimal number written the one way `to_string` writes it.
+fn canonical<T: std::str::FromStr + ToString>(word: &str) -> Option<T> {
+    let value: T = word.parse().ok()?;
+    (value.to_string() == word).then_some(value)
+}
+
+/// What a change of a limit's state does to its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Persist {
+    /// The state is a full bucket at the ceiling: no key.
+    Forget,
+    /// `SET key <text> PXAT <until_ms>`.
+    Keep { text: String, until_ms: i64 },
 }
 
 /// `ECHO.HOLD`'s rule: the hold to write for a call of `ms` at `now_ms`
@@ -296,12 +449,20 @@ pub fn hold_until(in_force: Option<i64>, ms: u64, now_ms: i64) -> Option<i64> {
     }
 }
 
-/// Every limited schedule. A B-tree: its `new` is const, so the table can
-/// start a static, and the table is as small as the config. (Holds live in
-/// the keyspace, beside their schedule.)
+/// Every limited schedule, with one state per database that used it (a
+/// schedule's name is the same key in every database, and each keeps its
+/// own limit). B-trees: their `new` is const, so the table can start a
+/// static, and the table is as small as the config and the databases used.
+/// (The saved part of each state and the holds live in the keyspace.)
 #[derive(Debug, Default)]
 pub struct Limits {
-    limits: BTreeMap<Vec<u8>, Limit>,
+    limits: BTreeMap<Vec<u8>, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    spec: LimitSpec,
+    by_db: BTreeMap<i32, Limit>,
 }
 
 impl Limits {
@@ -316,15 +477,18 @@ impl Limits {
     pub fn configure(&mut self, specs: Vec<LimitSpec>, now_ms: i64) {
         let mut old = std::mem::take(&mut self.limits);
         for spec in specs {
-            let limit = match old.remove(&spec.schedule) {
-                Some(limit) if limit.spec == spec => limit,
-                Some(mut limit) => {
-                    limit.respec(spec.clone(), now_ms);
-                    limit
+            let by_db = match old.remove(&spec.schedule) {
+                Some(entry) if entry.spec == spec => entry.by_db,
+                Some(mut entry) => {
+                    for limit in entry.by_db.values_mut() {
+                        limit.respec(spec.clone(), now_ms);
+                    }
+                    entry.by_db
                 }
-                None => Limit::new(spec.clone(), now_ms),
+                None => BTreeMap::new(),
             };
-            self.limits.insert(spec.schedule, limit);
+            self.limits
+                .insert(spec.schedule.clone(), Entry { spec, by_db });
         }
     }
 
@@ -342,35 +506,22 @@ impl Limits {
         self.limits.contains_key(schedule)
     }
 
-    pub fn get_mut(&mut self, schedule: &[u8]) -> Option<&mut Limit> {
-        self.limits.get_mut(schedule)
+    /// The limit of `schedule` in database `db`, if the database used it.
+    pub fn get(&self, schedule: &[u8], db: i32) -> Option<&Limit> {
+        self.limits.get(schedule)?.by_db.get(&db)
     }
 
-    /// How many members may leave `schedule` at `now_ms`: `None` when it is
-    /// not limited.
-    pub fn allowance(&self, schedule: &[u8], now_ms: i64) -> Option<u64> {
-        self.limits.get(schedule).map(|l| l.available(now_ms))
-    }
-
-    /// Records a release from `schedule`: whether the adaptive rule decreased.
-    pub fn released(
-        &mut self,
-        schedule: &[u8],
-        now_ms: i64,
-        count: u64,
-        held: bool,
-        adaptive: Adaptive,
-    ) -> bool {
-        self.limits
-            .get_mut(schedule)
-            .is_some_and(|l| l.release(now_ms, count, held, adaptive))
-    }
-
-    /// Records a failure of a job of `schedule`: whether the adaptive rule decreased.
-    pub fn failed(&mut self, schedule: &[u8], now_ms: i64, adaptive: Adaptive) -> bool {
-        self.limits
-            .get_mut(schedule)
-            .is_some_and(|l| l.fail(now_ms, adaptive))
+    /// The limit of `schedule` in database `db` (`None`: not listed),
+    /// made at `now_ms` the first time the database uses it.
+    pub fn get_mut(&mut self, schedule: &[u8], db: i32, now_ms: i64) -> Option<&mut Limit> {
+        let entry = self.limits.get_mut(schedule)?;
+        let spec = &entry.spec;
+        Some(
+            entry
+                .by_db
+                .entry(db)
+                .or_insert_with(|| Limit::new(spec.clone(), now_ms)),
+        )
     }
 }
 
@@ -392,6 +543,15 @@ mod tests {
             },
             burst,
         }
+    }
+
+    fn allowance(limits: &mut Limits, now_ms: i64) -> Option<u64> {
+        limits.get_mut(b"s", 0, now_ms).map(|l| l.available(now_ms))
+    }
+
+    fn release(limits: &mut Limits, now_ms: i64, count: u64) {
+        let limit = limits.get_mut(b"s", 0, now_ms).unwrap();
+        limit.release(now_ms, count, true, Adaptive::default());
     }
 
     /// Asks for `want` every `step_ms` from `start` to `end`, releasing what
@@ -484,27 +644,27 @@ mod tests {
         let t0 = 1_800_000_000_000;
         let mut limits = Limits::default();
         limits.configure(vec![spec(10, 1000, 5, false)], t0);
-        let k = limits.allowance(b"s", t0).unwrap();
+        let k = allowance(&mut limits, t0).unwrap();
         assert_eq!(k, 5);
-        limits.released(b"s", t0, k, true, Adaptive::default());
+        release(&mut limits, t0, k);
         // The same words again: no fresh burst.
         limits.configure(vec![spec(10, 1000, 5, false)], t0);
-        assert_eq!(limits.allowance(b"s", t0), Some(0));
+        assert_eq!(allowance(&mut limits, t0), Some(0));
         // 100/s: T is now 10 ms; the bucket is still empty (5 intervals
         // ahead), so the first release comes one new interval later.
         limits.configure(vec![spec(100, 1000, 5, false)], t0);
-        assert_eq!(limits.allowance(b"s", t0), Some(0));
-        assert_eq!(limits.allowance(b"s", t0 + 9), Some(0));
-        assert_eq!(limits.allowance(b"s", t0 + 10), Some(1));
-        assert_eq!(limits.allowance(b"s", t0 + 50), Some(5));
+        assert_eq!(allowance(&mut limits, t0), Some(0));
+        assert_eq!(allowance(&mut limits, t0 + 9), Some(0));
+        assert_eq!(allowance(&mut limits, t0 + 10), Some(1));
+        assert_eq!(allowance(&mut limits, t0 + 50), Some(5));
         // A period change keeps the level too: 5 intervals of 1/m ahead.
-        limits.released(b"s", t0 + 50, 5, true, Adaptive::default());
+        release(&mut limits, t0 + 50, 5);
         limits.configure(vec![spec(1, 60_000, 5, false)], t0 + 50);
-        assert_eq!(limits.allowance(b"s", t0 + 50 + 59_999), Some(0));
-        assert_eq!(limits.allowance(b"s", t0 + 50 + 60_000), Some(1));
+        assert_eq!(allowance(&mut limits, t0 + 50 + 59_999), Some(0));
+        assert_eq!(allowance(&mut limits, t0 + 50 + 60_000), Some(1));
         // Removed: no limit at all.
         limits.configure(vec![], t0);
-        assert_eq!(limits.allowance(b"s", t0), None);
+        assert_eq!(allowance(&mut limits, t0), None);
     }
 
     #[test]
@@ -528,16 +688,167 @@ mod tests {
     }
 
     #[test]
+    fn a_saved_state_reads_back_as_written_and_nothing_else_reads() {
+        let t0 = 1_800_000_000_000;
+        let mut limit = Limit::new(spec(500, 1000, 50, true), t0);
+        limit.release(t0, 30, true, Adaptive::default());
+        let saved = limit.saved();
+        let text = saved.encode();
+        assert_eq!(
+            text,
+            format!("1 adaptive 500 1000 50 5000000 {}", saved.tat)
+        );
+        assert_eq!(Saved::decode(text.as_bytes()), Some(saved));
+        for bad in [
+            "",
+            "1",
+            "2 fixed 500 1000 50 5000000 0",
+            "1 lazy 500 1000 50 5000000 0",
+            "1 fixed 0 1000 50 5000000 0",
+            "1 fixed 1000001 1000 50 5000000 0",
+            "1 fixed 500 999 50 5000000 0",
+            "1 fixed 500 1000 0 5000000 0",
+            "1 fixed 500 1000 1000001 5000000 0",
+            "1 fixed 500 1000 50 05000000 0",
+            "1 fixed 500 1000 50 5000000 -1",
+            "1 fixed 500 1000 50 5000000 0 0",
+            "1 fixed 500 1000 50 5000000 0 ",
+            "1  fixed 500 1000 50 5000000 0",
+            "1 fixed 500 1000 50 5000000 340282366920938463463374607431768211456",
+        ] {
+            assert_eq!(Saved::decode(bad.as_bytes()), None, "{bad:?}");
+        }
+        assert_eq!(Saved::decode(b"1 fixed 5\xff0 1000 50 5000000 0"), None);
+    }
+
+    #[test]
+    fn a_limit_restored_from_its_saved_state_goes_on_where_the_other_stopped() {
+        let t0 = 1_800_000_000_000;
+        let adaptive = Adaptive::default();
+        // The old owner: a burst spent, then a failing window halves it.
+        let mut old = Limit::new(spec(2000, 1000, 20, true), t0);
+        old.release(t0, 20, true, adaptive);
+        for _ in 0..50 {
+            old.fail(t0 + 1, adaptive);
+        }
+        old.release(t0 + 200, 0, true, adaptive);
+        assert_eq!(old.in_force_per_second(), 1000.0);
+        // The new owner had its own fresh entry; the key's state replaces it.
+        let mut new = Limit::new(spec(2000, 1000, 20, true), t0 + 200);
+        new.restore(Some(old.saved()), t0 + 200);
+        assert_eq!(new.in_force_per_second(), 1000.0, "no reset to the ceiling");
+        for at in [t0 + 200, t0 + 201, t0 + 215, t0 + 300] {
+            assert_eq!(
+                new.available(at),
+                old.available(at),
+                "at {at}: no fresh burst"
+            );
+        }
+        // No key: a full bucket at the ceiling.
+        new.restore(None, t0 + 200);
+        assert_eq!(new.in_force_per_second(), 2000.0);
+        assert_eq!(new.available(t0 + 200), 20);
+    }
+
+    #[test]
+    fn a_state_saved_under_another_spec_is_taken_as_a_config_change_would() {
+        let t0 = 1_800_000_000_000;
+        let mut before = Limit::new(spec(10, 1000, 5, false), t0);
+        before.release(t0, 5, true, Adaptive::default());
+        let mut changed = before.clone();
+        changed.respec(spec(100, 1000, 5, false), t0);
+        let mut restored = Limit::new(spec(100, 1000, 5, false), t0);
+        assert!(
+            restored.restore(Some(before.saved()), t0),
+            "to be saved again under the new spec"
+        );
+        assert!(!changed.clone().restore(Some(changed.saved()), t0));
+        assert_eq!(restored.saved(), changed.saved());
+        assert_eq!(restored.available(t0 + 9), 0);
+        assert_eq!(restored.available(t0 + 10), 1);
+    }
+
+    #[test]
+    fn a_written_state_is_brought_within_what_a_limit_could_have() {
+        let t0 = 1_800_000_000_000;
+        let mut limit = Limit::new(spec(100, 1000, 10, true), t0);
+        let far = Saved {
+            in_force: u128::MAX,
+            tat: u128::MAX,
+            ..limit.saved()
+        };
+        limit.restore(Some(far), t0);
+        assert_eq!(limit.in_force_per_second(), 100.0, "at most the ceiling");
+        assert_eq!(limit.available(t0), 0);
+        assert_eq!(
+            limit.available(t0 + 100),
+            10,
+            "at most an empty bucket ahead"
+        );
+        let low = Saved {
+            in_force: 0,
+            ..limit.saved()
+        };
+        limit.restore(Some(low), t0);
+        assert_eq!(limit.in_force_per_second(), 1.0, "at least the floor");
+        // A fixed limit's rate in force is its rate.
+        let mut fixed = Limit::new(spec(100, 1000, 10, false), t0);
+        let slow = Saved {
+            in_force: 1,
+            ..fixed.saved()
+        };
+        fixed.restore(Some(slow), t0);
+        assert_eq!(fixed.in_force_per_second(), 100.0);
+    }
+
+    #[test]
+    fn the_key_lives_only_while_the_state_says_something() {
+        let t0 = 1_800_000_000_000;
+        let adaptive = Adaptive::default();
+        let mut limit = Limit::new(spec(100, 1000, 10, false), t0);
+        assert_eq!(limit.persist(t0), Persist::Forget, "a full bucket");
+        limit.release(t0, 3, false, adaptive);
+        let Persist::Keep { until_ms, .. } = limit.persist(t0) else {
+            panic!("a spent part of the bucket is kept");
+        };
+        assert_eq!(until_ms, t0 + 30, "until the bucket is full again");
+        assert_eq!(limit.available(until_ms), 10);
+        assert_eq!(limit.persist(until_ms), Persist::Forget);
+        // An adaptive rate below its ceiling is kept past a full bucket.
+        let mut low = Limit::new(spec(100, 1000, 10, true), t0);
+        low.fail(t0, adaptive);
+        low.release(t0 + 200, 1, false, adaptive);
+        assert_eq!(low.in_force_per_second(), 50.0);
+        let Persist::Keep { until_ms, text } = low.persist(t0 + 200) else {
+            panic!("a lowered rate is kept");
+        };
+        assert_eq!(until_ms, t0 + 200 + FORGET_AFTER_MS);
+        assert_eq!(Saved::decode(text.as_bytes()), Some(low.saved()));
+    }
+
+    #[test]
+    fn each_database_has_its_own_limit() {
+        let t0 = 1_800_000_000_000;
+        let mut limits = Limits::default();
+        limits.configure(vec![spec(10, 1000, 5, false)], t0);
+        let zero = limits.get_mut(b"s", 0, t0).unwrap();
+        zero.release(t0, 5, true, Adaptive::default());
+        assert_eq!(zero.available(t0), 0);
+        assert_eq!(limits.get_mut(b"s", 1, t0).unwrap().available(t0), 5);
+        assert!(limits.get_mut(b"other", 0, t0).is_none());
+    }
+
+    #[test]
     fn a_lowered_burst_does_not_leave_the_schedule_owing() {
         let t0 = 1_800_000_000_000;
         let mut limits = Limits::default();
         limits.configure(vec![spec(10, 1000, 1000, false)], t0);
-        limits.released(b"s", t0, 1000, true, Adaptive::default());
+        release(&mut limits, t0, 1000);
         // 10/s burst 10: an empty bucket is 10 intervals, not 1000.
         limits.configure(vec![spec(10, 1000, 10, false)], t0);
-        assert_eq!(limits.allowance(b"s", t0 + 99), Some(0));
-        assert_eq!(limits.allowance(b"s", t0 + 100), Some(1));
-        assert_eq!(limits.allowance(b"s", t0 + 1000), Some(10));
+        assert_eq!(allowance(&mut limits, t0 + 99), Some(0));
+        assert_eq!(allowance(&mut limits, t0 + 100), Some(1));
+        assert_eq!(allowance(&mut limits, t0 + 1000), Some(10));
     }
 
     #[test]

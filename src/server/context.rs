@@ -37,6 +37,13 @@ fn flags(ctx: &Context) -> u32 {
     unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) as u32 }
 }
 
+/// The database the context works in: a client's selected one, or what a
+/// timer selected.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: checked at load; a live context.
+    unsafe { api!(RedisModule_GetSelectedDb)(ctx.ctx) }
+}
+
 /// Selects database `db` for what the context does next (a timer's context
 /// has none of its own choosing).
 pub fn select_db(ctx: &Context, db: c_int) {

@@ -474,6 +474,15 @@ impl<'a> Key<'a> {
     /// The integer a string key holds: `None` when the key is missing, of
     /// another type, or not a canonical decimal integer.
     pub fn string_i64(&self) -> Option<i64> {
+        let bytes = self.string_bytes()?;
+        let text = std::str::from_utf8(&bytes).ok()?;
+        let value: i64 = text.parse().ok()?;
+        (value.to_string() == text).then_some(value)
+    }
+
+    /// A copy of what a string key holds: `None` when the key is missing or
+    /// of another type.
+    pub fn string_bytes(&self) -> Option<Vec<u8>> {
         if self.kind() != Kind::String {
             return None;
         }
@@ -481,24 +490,25 @@ impl<'a> Key<'a> {
         // SAFETY: a live handle of a string key; READ access gives a view of
         // its bytes, valid until the key is closed or written (neither
         // happens before the copy below ends).
-        let bytes = unsafe {
+        unsafe {
             let p = api!(RedisModule_StringDMA)(self.ptr, &mut len, raw::REDISMODULE_READ as c_int);
             if p.is_null() {
                 return None;
             }
-            std::slice::from_raw_parts(p.cast::<u8>(), len)
-        };
-        let text = std::str::from_utf8(bytes).ok()?;
-        let value: i64 = text.parse().ok()?;
-        (value.to_string() == text).then_some(value)
+            Some(std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec())
+        }
     }
 
-    /// `SET key <value> PXAT <at_ms>`: the key becomes a string holding
-    /// `value` that expires at `at_ms` (server time), with the signal, the
+    /// `SET key <value> PXAT <at_ms>` of an integer.
+    pub fn set_i64_expiring(&self, value: i64, at_ms: i64) {
+        self.set_expiring(value.to_string().as_bytes(), at_ms);
+    }
+
+    /// `SET key <text> PXAT <at_ms>`: the key becomes a string holding
+    /// `text` that expires at `at_ms` (server time), with the signal, the
     /// `set` and `expire` events and the replication of that very command.
     /// The caller has checked that the key is missing or a string.
-    pub fn set_i64_expiring(&self, value: i64, at_ms: i64) {
-        let text = value.to_string();
+    pub fn set_expiring(&self, text: &[u8], at_ms: i64) {
         // SAFETY: CreateString copies the bytes; the string is freed below,
         // after StringSet (which copies it) and Replicate (which copies it).
         unsafe {

@@ -38,6 +38,7 @@ macro_rules! for_each_api {
             RedisModule_GetContextFlags,
             RedisModule_AvoidReplicaTraffic,
             RedisModule_SelectDb,
+            RedisModule_GetSelectedDb,
             RedisModule_Milliseconds,
             RedisModule_Log,
             RedisModule_LatencyAddSample,
