@@ -145,6 +145,70 @@ pub fn adapt(in_force: u128, ceiling: u128, window: Window, failure_percent: u64
     }
 }
 
+/// The arithmetic of one GCRA bucket, apart from where its theoretical
+/// arrival time (TAT) is kept: `Limit` applies it to a schedule's TAT; the
+/// fair release of groups will apply it to each group's. Time is counted in
+/// ticks of `1 / in_force` ms, so the emission interval `T = period_ms /
+/// (in_force / SCALE)` ms is exactly `period_ms * SCALE` ticks. Saturating maths: the
+/// largest values (a clock of `i64::MAX` ms times a rate of 10^10) stay far
+/// below `u128::MAX`, so saturation never changes a result in range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    /// The rate in force, in members per period times SCALE.
+    pub in_force: u128,
+    pub period_ms: u64,
+    pub burst: u64,
+}
+
+impl Gcra {
+    pub fn interval_ticks(self) -> u128 {
+        u128::from(self.period_ms).saturating_mul(SCALE)
+    }
+
+    pub fn now_ticks(self, now_ms: i64) -> u128 {
+        // Before 1970 counts as 0: a server clock is a Unix time.
+        u128::try_from(now_ms)
+            .unwrap_or(0)
+            .saturating_mul(self.in_force)
+    }
+
+    /// How many members may leave at `now_ms` with `tat` (at most the burst).
+    pub fn available(self, tat: u128, now_ms: i64) -> u64 {
+        let t = self.interval_ticks();
+        let now = self.now_ticks(now_ms);
+        let base = tat.max(now);
+        let room = now
+            .saturating_add(u128::from(self.burst).saturating_mul(t))
+            .saturating_sub(base);
+        let whole = room.checked_div(t).unwrap_or(0);
+        u64::try_from(whole).unwrap_or(u64::MAX).min(self.burst)
+    }
+
+    /// The TAT after `count` members left at `now_ms`.
+    pub fn after(self, tat: u128, now_ms: i64, count: u64) -> u128 {
+        tat.max(self.now_ticks(now_ms))
+            .saturating_add(u128::from(count).saturating_mul(self.interval_ticks()))
+    }
+
+    /// `tat` counted in `to`'s ticks at `now_ms`, keeping the bucket's
+    /// level: TAT stays as many emission intervals ahead of now as it was,
+    /// counted in the new interval (rounded up, so the change never grants a
+    /// release), and never more than an empty bucket of the new burst (a
+    /// lowered burst must not leave the bucket owing releases it can never
+    /// have had).
+    pub fn rescale(self, tat: u128, to: Gcra, now_ms: i64) -> u128 {
+        let ahead = tat.saturating_sub(self.now_ticks(now_ms));
+        let ahead = ahead.saturating_mul(u128::from(to.period_ms));
+        // A period is at least 1 ms (the grammar's); 0 would be no bucket.
+        let ahead = match u128::from(self.period_ms) {
+            0 => 0,
+            period_ms => ahead.div_ceil(period_ms),
+        };
+        let ahead = ahead.min(u128::from(to.burst).saturating_mul(to.interval_ticks()));
+        to.now_ticks(now_ms).saturating_add(ahead)
+    }
+}
+
 /// The state of one limited schedule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limit {
@@ -192,48 +256,37 @@ impl Limit {
         self.spec = spec;
     }
 
-    fn interval_ticks(&self) -> u128 {
-        u128::from(self.spec.rate.period_ms) * SCALE
-    }
-
-    /// A tick is `1 / in_force` ms, so `T = period_ms / (in_force / SCALE)`
-    /// ms is `period_ms * SCALE` ticks.
-    fn now_ticks(&self, now_ms: i64) -> u128 {
-        // Before 1970 counts as 0: a server clock is a Unix time.
-        u128::try_from(now_ms).unwrap_or(0) * self.in_force
+    /// The GCRA arithmetic at the rate in force.
+    fn gcra(&self) -> Gcra {
+        Gcra {
+            in_force: self.in_force,
+            period_ms: self.spec.rate.period_ms,
+            burst: self.spec.burst,
+        }
     }
 
     /// Moves to a new rate in force (and period) at `now_ms`, keeping the
-    /// bucket's level: TAT stays as many emission intervals ahead of now as
-    /// it was, counted in the new interval (rounded up, so the change never
-    /// grants a release).
+    /// bucket's level (`Gcra::rescale`).
     fn rescale(&mut self, in_force: u128, period_ms: u64, burst: u64, now_ms: i64) {
-        let ahead = self.tat.saturating_sub(self.now_ticks(now_ms));
-        let ahead = (ahead * u128::from(period_ms)).div_ceil(u128::from(self.spec.rate.period_ms));
-        // Never more than an empty bucket of the new burst: a lowered burst
-        // must not leave the schedule owing releases it can never have had.
-        let ahead = ahead.min(u128::from(burst) * u128::from(period_ms) * SCALE);
+        let to = Gcra {
+            in_force,
+            period_ms,
+            burst,
+        };
+        self.tat = self.gcra().rescale(self.tat, to, now_ms);
         self.in_force = in_force;
-        self.tat = self.now_ticks(now_ms) + ahead;
     }
 
     /// How many members may leave at `now_ms` (at most the burst).
     pub fn available(&self, now_ms: i64) -> u64 {
-        let t = self.interval_ticks();
-        let now = self.now_ticks(now_ms);
-        let base = self.tat.max(now);
-        let room = (now + u128::from(self.spec.burst) * t).saturating_sub(base);
-        u64::try_from(room / t)
-            .unwrap_or(u64::MAX)
-            .min(self.spec.burst)
+        self.gcra().available(self.tat, now_ms)
     }
 
     /// Records `count` members released at `now_ms`; `held` when due
     /// members stayed because of the limit.
     pub fn release(&mut self, now_ms: i64, count: u64, held: bool, adaptive: Adaptive) -> bool {
         let decreased = self.roll(now_ms, adaptive);
-        let now = self.now_ticks(now_ms);
-        self.tat = self.tat.max(now) + u128::from(count) * self.interval_ticks();
+        self.tat = self.gcra().after(self.tat, now_ms, count);
         self.released = self.released.saturating_add(count);
         self.window.releases = self.window.releases.saturating_add(count);
         self.window.held |= held;
