@@ -146,10 +146,10 @@ pub fn adapt(in_force: u128, ceiling: u128, window: Window, failure_percent: u64
 }
 
 /// The arithmetic of one GCRA bucket, apart from where its theoretical
-/// arrival time (TAT) is kept: `Limit` applies it to a schedule's TAT; the
-/// fair release of groups will apply it to each group's. Time is counted in
-/// ticks of `1 / in_force` ms, so the emission interval `T = period_ms /
-/// (in_force / SCALE)` ms is exactly `period_ms * SCALE` ticks. Saturating maths: the
+/// arrival time (TAT) is kept: `Limit` applies it to a schedule's TAT, the
+/// fair release (`fairness`) to each group's. Time is counted in ticks of
+/// `1 / in_force` ms, so the emission interval `T = period_ms / (in_force /
+/// SCALE)` ms is exactly `period_ms * SCALE` ticks. Saturating maths: the
 /// largest values (a clock of `i64::MAX` ms times a rate of 10^10) stay far
 /// below `u128::MAX`, so saturation never changes a result in range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +161,15 @@ pub struct Gcra {
 }
 
 impl Gcra {
+    /// A fixed rate's bucket: the rate in force is the configured one.
+    pub fn fixed(rate: Rate, burst: u64) -> Gcra {
+        Gcra {
+            in_force: u128::from(rate.n).saturating_mul(SCALE),
+            period_ms: rate.period_ms,
+            burst,
+        }
+    }
+
     pub fn interval_ticks(self) -> u128 {
         u128::from(self.period_ms).saturating_mul(SCALE)
     }
@@ -206,6 +215,18 @@ impl Gcra {
         };
         let ahead = ahead.min(u128::from(to.burst).saturating_mul(to.interval_ticks()));
         to.now_ticks(now_ms).saturating_add(ahead)
+    }
+
+    /// The first ms at which `tat` no longer matters: from then on `tat <=
+    /// now`, and a bucket with no TAT at all behaves the same, so a store
+    /// may drop the TAT then (a key written with `PXAT` this value).
+    pub fn matters_until_ms(self, tat: u128) -> i64 {
+        let ms = if self.in_force == 0 {
+            0
+        } else {
+            tat.div_ceil(self.in_force)
+        };
+        i64::try_from(ms).unwrap_or(i64::MAX)
     }
 }
 
