@@ -16,10 +16,10 @@
 //!
 //! Every group with members is in exactly one of two places:
 //!
-//! - the **time index**, keyed by its earliest member's fire time, while that
-//!   member is not due (or has not been looked at since it became due);
+//! - the **time index**, keyed by the first ms it may release: its earliest
+//!   member's fire time, or, for a limited group, when its limit has room;
 //! - the **ring**, ordered by name (lexicographic, wrapping), while it has a
-//!   due member.
+//!   due member and room.
 //!
 //! # One release
 //!
@@ -38,13 +38,15 @@
 //! 3. **Further rounds.** The groups that still have a due member and room
 //!    are kept in memory, in ring order from `cursor`, and give one member
 //!    each per round until `want`, the budget or the groups run out; the
-//!    ring is not walked again, so a limited group costs one visit per
-//!    release, not one per round.
+//!    ring is not walked again.
 //!
 //! A group leaves the ring when it has no due member left: back into the
 //! time index at its new earliest fire time, or nowhere when it is empty (an
 //! emptied group leaves no entry behind). A group whose limit has no room
-//! stays in the ring, skipped for this release ("limited").
+//! ("limited") leaves the ring too, into the time index at the first ms its
+//! limit has room again (`Gcra::room_at_ms`): it drops out of the rotation
+//! until it may release, and costs no visit in the releases meanwhile, so
+//! 100,000 limited groups do not eat a release's budget.
 //!
 //! Limits: a group's limit is a fixed-rate GCRA with exactly
 //! `limiter::Gcra`'s arithmetic; its room is computed once, at the group's
@@ -74,10 +76,11 @@
 //!   the sorted set's own order (score, then member bytes), which is the
 //!   order `pop_due` must follow (`ZRANGE key 0 1 WITHSCORES`, `ZREM`);
 //! - the time index: sorted set `S:echomq-gidx`, member = group name, score
-//!   = its earliest member's fire time; `ECHO.ADD`/`SCHEDULE`/`RETRY ...
-//!   GROUP g` write `ZADD S:echomq-gidx LT <fire_at_ms> g` unless `g` is in
-//!   the ring (`LT` keeps the earliest; a stale later score is repaired when
-//!   the group is admitted and found not due: `Pop::NotDue`);
+//!   = the first ms it may release; `ECHO.ADD`/`SCHEDULE`/`RETRY ... GROUP
+//!   g` write `ZADD S:echomq-gidx LT <fire_at_ms> g` unless `g` is in the
+//!   ring (`LT` keeps the earliest; a score made too early that way, for a
+//!   limited group, costs one visit that puts it back; one too late cannot
+//!   arise but through `LT`'s absence, and is what `Pop::NotDue` repairs);
 //! - the ring: sorted set `S:echomq-gring`, every score 0, walked with
 //!   `ZRANGEBYLEX S:echomq-gring (<after> + LIMIT 0 1` (`-` for the start);
 //! - the cursor: string `S:echomq-gcur` holding the last group visited,
@@ -267,6 +270,22 @@ struct Visit {
     taken: u64,
 }
 
+impl Visit {
+    /// The first ms at which the group's limit has room again, counting
+    /// what it gave in this release: a limited group waits in the time index
+    /// until then instead of costing a visit in every release meanwhile.
+    fn room_at_ms(&self, now_ms: i64) -> i64 {
+        let Some((limit, ticks)) = self.bucket else {
+            return now_ms;
+        };
+        let gcra = limit.gcra();
+        let ticks = gcra.after(ticks, now_ms, self.taken);
+        // Never now: the limit has no room now (a burst of 0, which no
+        // config allows, would otherwise come straight back).
+        gcra.room_at_ms(ticks).max(now_ms.saturating_add(1))
+    }
+}
+
 /// The walk of one release: what it has done and what it may still do.
 struct Walk<'a, S> {
     store: &'a mut S,
@@ -359,7 +378,8 @@ impl<S: GroupStore> Walk<'_, S> {
         };
         self.out.cursor = Some(visit.group.clone());
         if visit.room == 0 {
-            // Still in the ring (it has a due member): skipped this time.
+            let room_at_ms = visit.room_at_ms(self.now_ms);
+            self.store.leave_ring(&visit.group, Some(room_at_ms));
             self.out.limited.push(visit.group.clone());
             self.out.left.by_group_limit = true;
             return;
@@ -397,6 +417,9 @@ impl<S: GroupStore> Walk<'_, S> {
             }
         };
         if still_due && visit.room == 0 {
+            // Its next member is due now, so the limit says when it may go.
+            let room_at_ms = visit.room_at_ms(self.now_ms);
+            self.store.leave_ring(&visit.group, Some(room_at_ms));
             self.out.limited.push(visit.group.clone());
             self.out.left.by_group_limit = true;
         } else if still_due {
@@ -777,13 +800,15 @@ mod tests {
             | a:x@-5 a:w@-5 a:v@-4 | - | - | 10 | w x v | - | -
         the ungrouped members are one more group, first in the ring \
             | _:u1@-1 _:u2@-1 a:a1@-3 | - | - | 10 | u1 a1 u2 | - | -
-        a burst of 1 lets one leave; the group is limited and stays in the ring \
-            | a:a1@-3 a:a2@-2 b:b1@-1 b:b2@-1 | a=1/s,1 | - | 10 | a1 b1 b2 | b | a
+        a burst of 1 lets one leave; the group is limited and leaves the ring \
+            | a:a1@-3 a:a2@-2 b:b1@-1 b:b2@-1 | a=1/s,1 | - | 10 | a1 b1 b2 | - | a
+        a burst of 0 (no config allows it) releases nothing and does not spin \
+            | a:a1@-3 b:b1@-1 | a=1/s,0 | - | 10 | b1 | - | a
         a burst of 2: two rounds, then limited \
             | a:a1@-3 a:a2@-2 a:a3@-2 b:b1@-1 b:b2@-1 b:b3@-1 | a=10/s,2 | - | 10 \
-            | a1 b1 a2 b2 b3 | b | a
+            | a1 b1 a2 b2 b3 | - | a
         a limit on the ungrouped \
-            | _:u1@-2 _:u2@-2 a:a1@-1 a:a2@-1 | _=1/s,1 | - | 10 | u1 a1 a2 | a | _
+            | _:u1@-2 _:u2@-2 a:a1@-1 a:a2@-1 | _=1/s,1 | - | 10 | u1 a1 a2 | - | _
         the cursor on the ungrouped goes on to the first named group \
             | _:u1@-2 _:u2@-2 a:a1@-1 b:b1@-1 | - | _ | 3 | a1 b1 u1 | _ | -
     ";
@@ -915,10 +940,13 @@ mod tests {
         assert_eq!(r.admitted, 4);
         assert_eq!(r.cursor, Some(g("b")));
         assert!(r.left.by_want && r.left.by_group_limit);
+        // The limited ones wait in the time index, not in the ring.
+        assert_eq!(store.ring, BTreeSet::from([g("b"), g("c")]));
         let r = release(&mut store, NOW, 5, r.cursor.as_ref(), usize::MAX);
         assert_eq!(names(&r), ["c2", "b3", "c3"], "after b, wrapping");
-        assert_eq!(r.limited, [g("a"), g("aa")]);
-        assert!(!r.left.by_want && r.left.by_group_limit);
+        assert_eq!(r.limited, []);
+        assert_eq!(r.visits, 3);
+        assert!(!r.left.by_want && !r.left.by_group_limit);
     }
 
     /// Every window `[a, b]` of a group's release instants holds at most
@@ -1018,34 +1046,60 @@ mod tests {
         assert_eq!(r.tats.len(), 1);
         assert_eq!(r.tats[0].until_ms, NOW + 500, "5 intervals of 100 ms ahead");
         store.apply(&r, NOW);
-        // 100/s: the bucket stays empty (5 intervals ahead, now of 10 ms),
-        // so one new interval later one member may leave, not a fresh burst;
-        // the converted TAT is written back though nothing left.
+        // Limited, the group waits in the time index until its limit has
+        // room: 4 intervals of 100 ms from the TAT, at NOW + 100.
+        assert_eq!(store.indexed[&g("a")], NOW + 100);
+        // 100/s: the bucket keeps its level (4 intervals ahead, now of 10
+        // ms), so one member may leave, not a fresh burst of 5.
         store.limits.insert(g("a"), per_second(100, 5));
-        let r = release(&mut store, NOW, 100, r.cursor.as_ref(), usize::MAX);
+        let r = release(&mut store, NOW + 99, 100, r.cursor.as_ref(), usize::MAX);
+        assert_eq!((r.released.len(), r.visits), (0, 0), "not yet admitted");
+        let r = release(&mut store, NOW + 100, 100, r.cursor.as_ref(), usize::MAX);
+        assert_eq!(r.released.len(), 1);
+        assert_eq!(r.limited, [g("a")]);
+        assert_eq!(r.tats[0].tat.under, per_second(100, 5));
+        store.apply(&r, NOW + 100);
+        let r = release(&mut store, NOW + 109, 100, r.cursor.as_ref(), usize::MAX);
+        assert!(r.released.is_empty());
+        let r = release(&mut store, NOW + 110, 100, r.cursor.as_ref(), usize::MAX);
+        assert_eq!(r.released.len(), 1, "one interval of 10 ms later");
+        store.apply(&r, NOW + 110);
+        let r = release(&mut store, NOW + 160, 100, r.cursor.as_ref(), usize::MAX);
+        assert_eq!(r.released.len(), 5, "the rate in force is the new one");
+        store.apply(&r, NOW + 160);
+        // Lowered to 1/s burst 1 while waiting: at its return (NOW + 170)
+        // the converted TAT leaves no room; it is written back though
+        // nothing left, so the new rate counts from this visit.
+        store.limits.insert(g("a"), per_second(1, 1));
+        let r = release(&mut store, NOW + 170, 100, r.cursor.as_ref(), usize::MAX);
         assert!(r.released.is_empty());
         assert_eq!(r.limited, [g("a")]);
         assert_eq!(r.tats.len(), 1);
-        assert_eq!(r.tats[0].tat.under, per_second(100, 5));
-        assert_eq!(r.tats[0].until_ms, NOW + 50);
-        store.apply(&r, NOW);
-        let r = release(&mut store, NOW + 9, 100, r.cursor.as_ref(), usize::MAX);
-        assert!(r.released.is_empty() && r.tats.is_empty());
-        let r = release(&mut store, NOW + 10, 100, r.cursor.as_ref(), usize::MAX);
-        assert_eq!(r.released.len(), 1);
-        store.apply(&r, NOW + 10);
-        let r = release(&mut store, NOW + 50, 100, r.cursor.as_ref(), usize::MAX);
-        assert_eq!(r.released.len(), 4, "the rate in force is the new one");
+        assert_eq!(r.tats[0].tat.under, per_second(1, 1));
+        assert_eq!(
+            r.tats[0].until_ms,
+            NOW + 1170,
+            "an empty bucket of the new burst"
+        );
+        assert_eq!(store.indexed[&g("a")], NOW + 1170);
     }
 
     #[test]
-    fn a_tat_stops_mattering_at_its_until() {
-        let limit = per_second(3, 2);
-        let gcra = limit.gcra();
+    fn a_tat_stops_mattering_at_its_until_and_has_room_at_its_room_time() {
         let mut rng = Rng::seeded(7);
-        for _ in 0..1000 {
+        for _ in 0..5000 {
+            let burst = 1 + rng.below(5);
+            let limit = GroupLimit {
+                rate: Rate {
+                    n: 1 + rng.below(1000),
+                    period_ms: [1000, 60_000, 3_600_000][usize::try_from(rng.below(3)).unwrap()],
+                    kind: LimitKind::Fixed,
+                },
+                burst,
+            };
+            let gcra = limit.gcra();
             let t0 = NOW + i64::try_from(rng.below(10_000)).unwrap();
-            let count = rng.below(3);
+            let count = rng.below(burst + 2);
             let tat = gcra.after(gcra.now_ticks(t0), t0, count);
             let until_ms = gcra.matters_until_ms(tat);
             for now_ms in [until_ms, until_ms + 1, until_ms + 1000] {
@@ -1053,6 +1107,12 @@ mod tests {
             }
             if count > 0 {
                 assert!(gcra.available(tat, until_ms - 1) < gcra.available(0, until_ms - 1));
+            }
+            // A limited group comes back exactly when one may leave.
+            let room_at_ms = gcra.room_at_ms(tat);
+            assert!(gcra.available(tat, room_at_ms) >= 1);
+            if room_at_ms > t0 {
+                assert_eq!(gcra.available(tat, room_at_ms - 1), 0);
             }
         }
     }
@@ -1130,6 +1190,24 @@ mod tests {
                 } else {
                     usize::try_from(1 + rng.below(10)).unwrap()
                 };
+                // Groups with a due member that wait in the time index for
+                // their limit's room: only a limit puts one there.
+                let waiting =
+                    |store: &MemoryStore, model: &BTreeMap<Group, BTreeSet<(i64, Vec<u8>)>>| {
+                        model
+                            .iter()
+                            .filter(|(_, set)| set.first().is_some_and(|(at, _)| *at <= now_ms))
+                            .map(|(group, _)| group.clone())
+                            .filter(|group| store.indexed.get(group).is_some_and(|at| *at > now_ms))
+                            .collect::<BTreeSet<Group>>()
+                    };
+                let waiting_before = waiting(&store, &model);
+                for group in &waiting_before {
+                    assert!(
+                        store.limits.contains_key(group) || store.default_limit.is_some(),
+                        "seed {seed}: {group:?} waits with no limit"
+                    );
+                }
                 let due_before: BTreeSet<Group> = model
                     .iter()
                     .filter(|(_, set)| set.first().is_some_and(|(at, _)| *at <= now_ms))
@@ -1165,16 +1243,18 @@ mod tests {
                         .get(group)
                         .and_then(|set| set.first())
                         .is_some_and(|(at, _)| *at <= now_ms);
-                    if still_due && !r.limited.contains(group) {
+                    if still_due && !r.limited.contains(group) && !waiting_before.contains(group) {
                         assert!(got + 1 >= most, "seed {seed}: {group:?} {got} vs {most}");
                     }
                 }
                 // What is left due is explained: by a stop, or by a limit.
+                let waiting_after = waiting(&store, &model);
                 let left_due: BTreeSet<&Group> = model
                     .iter()
                     .filter(|(_, set)| set.first().is_some_and(|(at, _)| *at <= now_ms))
                     .map(|(group, _)| group)
                     .filter(|group| !r.limited.contains(group))
+                    .filter(|group| !waiting_after.contains(group))
                     .collect();
                 let stopped = r.left.by_want || r.left.by_budget;
                 assert_eq!(stopped, !left_due.is_empty(), "seed {seed}: {:?}", r.left);

@@ -217,16 +217,29 @@ impl Gcra {
         to.now_ticks(now_ms).saturating_add(ahead)
     }
 
+    /// The first ms at which one member may leave with `tat` (in the past
+    /// when one may already): `available >= 1` from then on. With a TAT
+    /// ahead of now, one may leave once now reaches `tat - (burst - 1) * T`.
+    pub fn room_at_ms(self, tat: u128) -> i64 {
+        let slack = u128::from(self.burst.saturating_sub(1)).saturating_mul(self.interval_ticks());
+        self.ms_at_or_after(tat.saturating_sub(slack))
+    }
+
+    /// The first whole ms at or after `ticks`.
+    fn ms_at_or_after(self, ticks: u128) -> i64 {
+        let ms = if self.in_force == 0 {
+            0
+        } else {
+            ticks.div_ceil(self.in_force)
+        };
+        i64::try_from(ms).unwrap_or(i64::MAX)
+    }
+
     /// The first ms at which `tat` no longer matters: from then on `tat <=
     /// now`, and a bucket with no TAT at all behaves the same, so a store
     /// may drop the TAT then (a key written with `PXAT` this value).
     pub fn matters_until_ms(self, tat: u128) -> i64 {
-        let ms = if self.in_force == 0 {
-            0
-        } else {
-            tat.div_ceil(self.in_force)
-        };
-        i64::try_from(ms).unwrap_or(i64::MAX)
+        self.ms_at_or_after(tat)
     }
 }
 
