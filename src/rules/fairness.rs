@@ -187,13 +187,13 @@ pub enum Pop {
 /// method is O(log G) (or O(log n) in one group) on sorted sets; none may
 /// scan the groups.
 pub trait GroupStore {
-    /// Moves the group of the time index with the earliest fire time into
-    /// the ring, if that time is `<= now_ms`, and returns it; `None` when
-    /// no indexed group is due (nothing changes).
+    /// Moves the group of the time index with the lowest score (the first
+    /// ms it may release) into the ring, if that score is `<= now_ms`, and
+    /// returns it; `None` when no indexed group is due (nothing changes).
     fn admit_due(&mut self, now_ms: i64) -> Option<Group>;
 
-    /// The earliest fire time in the time index (`None`: it is empty),
-    /// changing nothing: whether a stopped release left due groups there.
+    /// The lowest score in the time index (`None`: it is empty), changing
+    /// nothing: whether a stopped release left due groups there.
     fn index_earliest_ms(&mut self) -> Option<i64>;
 
     /// The first group of the ring after `after` in name order, not
@@ -205,9 +205,10 @@ pub trait GroupStore {
     /// bytes) if it is due at `now_ms`.
     fn pop_due(&mut self, group: &Group, now_ms: i64) -> Pop;
 
-    /// Takes `group` out of the ring: into the time index at
-    /// `next_fire_at_ms`, or nowhere when `None` (the group is empty).
-    fn leave_ring(&mut self, group: &Group, next_fire_at_ms: Option<i64>);
+    /// Takes `group` out of the ring: into the time index at `at_ms` (its
+    /// next fire time, or when its limit has room again), or nowhere when
+    /// `None` (the group is empty). The group need not be in the ring.
+    fn leave_ring(&mut self, group: &Group, at_ms: Option<i64>);
 
     /// The group's limit in force (its override, else the schedule's
     /// default); `None` when the group is not limited.
@@ -230,7 +231,9 @@ pub struct Released {
 pub struct LeftBehind {
     /// The release stopped at `want` with a due group still in reach.
     pub by_want: bool,
-    /// A group kept due members because its limit had no room.
+    /// A group visited in this release kept due members because its limit
+    /// had no room (one already waiting out its limit in the time index is
+    /// not visited, so not counted again).
     pub by_group_limit: bool,
     /// The release stopped at `max_steps` with a due group still in reach.
     pub by_budget: bool,
@@ -245,13 +248,15 @@ pub struct Release {
     /// The cursor to persist for the next release (`None`: the ring is
     /// empty, delete it).
     pub cursor: Option<Group>,
-    /// The TATs to write, one per limited group that released members.
+    /// The TATs to write: one per group with a limit that released
+    /// members, or whose TAT was converted to a changed limit.
     pub tats: Vec<TatUpdate>,
     /// Groups visited (a group visited in several rounds counts each time).
     pub visits: usize,
     /// Groups moved from the time index into the ring.
     pub admitted: usize,
-    /// Groups that kept due members because of their limit.
+    /// Groups found limited in this release, each once: they kept due
+    /// members and wait in the time index until their limit has room.
     pub limited: Vec<Group>,
     pub left: LeftBehind,
 }
@@ -601,15 +606,15 @@ mod tests {
             }
             match self.indexed.get(group) {
                 Some(&at_ms) if at_ms <= fire_at_ms => {}
-                Some(&at_ms) => {
-                    self.index.remove(&(at_ms, group.clone()));
-                    self.index_at(group, fire_at_ms);
-                }
-                None => self.index_at(group, fire_at_ms),
+                _ => self.index_at(group, fire_at_ms),
             }
         }
 
+        /// `ZADD index at_ms group`: one entry per group.
         fn index_at(&mut self, group: &Group, at_ms: i64) {
+            if let Some(old_ms) = self.indexed.get(group) {
+                self.index.remove(&(*old_ms, group.clone()));
+            }
             self.index.insert((at_ms, group.clone()));
             self.indexed.insert(group.clone(), at_ms);
         }
@@ -698,10 +703,10 @@ mod tests {
             }
         }
 
-        fn leave_ring(&mut self, group: &Group, next_fire_at_ms: Option<i64>) {
+        fn leave_ring(&mut self, group: &Group, at_ms: Option<i64>) {
             self.calls += 1;
             self.ring.remove(group);
-            if let Some(at_ms) = next_fire_at_ms {
+            if let Some(at_ms) = at_ms {
                 self.index_at(group, at_ms);
             }
         }
