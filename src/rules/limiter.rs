@@ -145,6 +145,104 @@ pub fn adapt(in_force: u128, ceiling: u128, window: Window, failure_percent: u64
     }
 }
 
+/// The arithmetic of one GCRA bucket, apart from where its theoretical
+/// arrival time (TAT) is kept: `Limit` applies it to a schedule's TAT, the
+/// fair release (`fairness`) to each group's. Time is counted in ticks of
+/// `1 / in_force` ms, so the emission interval `T = period_ms / (in_force /
+/// SCALE)` ms is exactly `period_ms * SCALE` ticks. Saturating maths: the
+/// largest values (a clock of `i64::MAX` ms times a rate of 10^10) stay far
+/// below `u128::MAX`, so saturation never changes a result in range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    /// The rate in force, in members per period times SCALE.
+    pub in_force: u128,
+    pub period_ms: u64,
+    pub burst: u64,
+}
+
+impl Gcra {
+    /// A fixed rate's bucket: the rate in force is the configured one.
+    pub fn fixed(rate: Rate, burst: u64) -> Gcra {
+        Gcra {
+            in_force: u128::from(rate.n).saturating_mul(SCALE),
+            period_ms: rate.period_ms,
+            burst,
+        }
+    }
+
+    pub fn interval_ticks(self) -> u128 {
+        u128::from(self.period_ms).saturating_mul(SCALE)
+    }
+
+    pub fn now_ticks(self, now_ms: i64) -> u128 {
+        // Before 1970 counts as 0: a server clock is a Unix time.
+        u128::try_from(now_ms)
+            .unwrap_or(0)
+            .saturating_mul(self.in_force)
+    }
+
+    /// How many members may leave at `now_ms` with `tat` (at most the burst).
+    pub fn available(self, tat: u128, now_ms: i64) -> u64 {
+        let t = self.interval_ticks();
+        let now = self.now_ticks(now_ms);
+        let base = tat.max(now);
+        let room = now
+            .saturating_add(u128::from(self.burst).saturating_mul(t))
+            .saturating_sub(base);
+        let whole = room.checked_div(t).unwrap_or(0);
+        u64::try_from(whole).unwrap_or(u64::MAX).min(self.burst)
+    }
+
+    /// The TAT after `count` members left at `now_ms`.
+    pub fn after(self, tat: u128, now_ms: i64, count: u64) -> u128 {
+        tat.max(self.now_ticks(now_ms))
+            .saturating_add(u128::from(count).saturating_mul(self.interval_ticks()))
+    }
+
+    /// `tat` counted in `to`'s ticks at `now_ms`, keeping the bucket's
+    /// level: TAT stays as many emission intervals ahead of now as it was,
+    /// counted in the new interval (rounded up, so the change never grants a
+    /// release), and never more than an empty bucket of the new burst (a
+    /// lowered burst must not leave the bucket owing releases it can never
+    /// have had).
+    pub fn rescale(self, tat: u128, to: Gcra, now_ms: i64) -> u128 {
+        let ahead = tat.saturating_sub(self.now_ticks(now_ms));
+        let ahead = ahead.saturating_mul(u128::from(to.period_ms));
+        // A period is at least 1 ms (the grammar's); 0 would be no bucket.
+        let ahead = match u128::from(self.period_ms) {
+            0 => 0,
+            period_ms => ahead.div_ceil(period_ms),
+        };
+        let ahead = ahead.min(u128::from(to.burst).saturating_mul(to.interval_ticks()));
+        to.now_ticks(now_ms).saturating_add(ahead)
+    }
+
+    /// The first ms at which one member may leave with `tat` (in the past
+    /// when one may already): `available >= 1` from then on. With a TAT
+    /// ahead of now, one may leave once now reaches `tat - (burst - 1) * T`.
+    pub fn room_at_ms(self, tat: u128) -> i64 {
+        let slack = u128::from(self.burst.saturating_sub(1)).saturating_mul(self.interval_ticks());
+        self.ms_at_or_after(tat.saturating_sub(slack))
+    }
+
+    /// The first whole ms at or after `ticks`.
+    fn ms_at_or_after(self, ticks: u128) -> i64 {
+        let ms = if self.in_force == 0 {
+            0
+        } else {
+            ticks.div_ceil(self.in_force)
+        };
+        i64::try_from(ms).unwrap_or(i64::MAX)
+    }
+
+    /// The first ms at which `tat` no longer matters: from then on `tat <=
+    /// now`, and a bucket with no TAT at all behaves the same, so a store
+    /// may drop the TAT then (a key written with `PXAT` this value).
+    pub fn matters_until_ms(self, tat: u128) -> i64 {
+        self.ms_at_or_after(tat)
+    }
+}
+
 /// The state of one limited schedule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limit {
@@ -192,40 +290,30 @@ impl Limit {
         self.spec = spec;
     }
 
-    fn interval_ticks(&self) -> u128 {
-        u128::from(self.spec.rate.period_ms) * SCALE
-    }
-
-    /// A tick is `1 / in_force` ms, so `T = period_ms / (in_force / SCALE)`
-    /// ms is `period_ms * SCALE` ticks.
-    fn now_ticks(&self, now_ms: i64) -> u128 {
-        // Before 1970 counts as 0: a server clock is a Unix time.
-        u128::try_from(now_ms).unwrap_or(0) * self.in_force
+    /// The GCRA arithmetic at the rate in force.
+    fn gcra(&self) -> Gcra {
+        Gcra {
+            in_force: self.in_force,
+            period_ms: self.spec.rate.period_ms,
+            burst: self.spec.burst,
+        }
     }
 
     /// Moves to a new rate in force (and period) at `now_ms`, keeping the
-    /// bucket's level: TAT stays as many emission intervals ahead of now as
-    /// it was, counted in the new interval (rounded up, so the change never
-    /// grants a release).
+    /// bucket's level (`Gcra::rescale`).
     fn rescale(&mut self, in_force: u128, period_ms: u64, burst: u64, now_ms: i64) {
-        let ahead = self.tat.saturating_sub(self.now_ticks(now_ms));
-        let ahead = (ahead * u128::from(period_ms)).div_ceil(u128::from(self.spec.rate.period_ms));
-        // Never more than an empty bucket of the new burst: a lowered burst
-        // must not leave the schedule owing releases it can never have had.
-        let ahead = ahead.min(u128::from(burst) * u128::from(period_ms) * SCALE);
+        let to = Gcra {
+            in_force,
+            period_ms,
+            burst,
+        };
+        self.tat = self.gcra().rescale(self.tat, to, now_ms);
         self.in_force = in_force;
-        self.tat = self.now_ticks(now_ms) + ahead;
     }
 
     /// How many members may leave at `now_ms` (at most the burst).
     pub fn available(&self, now_ms: i64) -> u64 {
-        let t = self.interval_ticks();
-        let now = self.now_ticks(now_ms);
-        let base = self.tat.max(now);
-        let room = (now + u128::from(self.spec.burst) * t).saturating_sub(base);
-        u64::try_from(room / t)
-            .unwrap_or(u64::MAX)
-            .min(self.spec.burst)
+        self.gcra().available(self.tat, now_ms)
     }
 
     /// Records `count` members released at `now_ms`; `held` when due
@@ -235,8 +323,7 @@ impl Limit {
         // A release of nothing leaves TAT as it is: a TAT in the past means
         // the same as now, and an unchanged state needs no write.
         if count > 0 {
-            let now = self.now_ticks(now_ms);
-            self.tat = self.tat.max(now) + u128::from(count) * self.interval_ticks();
+            self.tat = self.gcra().after(self.tat, now_ms, count);
         }
         self.released = self.released.saturating_add(count);
         self.window.releases = self.window.releases.saturating_add(count);
@@ -322,7 +409,10 @@ impl Limit {
             LimitKind::Fixed => ceiling,
             LimitKind::Adaptive => saved.in_force.clamp((ceiling / 100).max(1), ceiling),
         };
-        let most = self.now_ticks(now_ms) + u128::from(saved.burst) * self.interval_ticks();
+        let gcra = self.gcra();
+        let most = gcra
+            .now_ticks(now_ms)
+            .saturating_add(u128::from(saved.burst).saturating_mul(gcra.interval_ticks()));
         self.tat = saved.tat.min(most);
         if self.spec != spec {
             self.respec(spec, now_ms);
@@ -337,7 +427,7 @@ impl Limit {
     /// dependency's rate then starts afresh at the ceiling, as TCP restarts
     /// a connection idle for long).
     pub fn persist(&self, now_ms: i64) -> Persist {
-        let tat_ms = i64::try_from(self.tat.div_ceil(self.in_force.max(1))).unwrap_or(i64::MAX);
+        let tat_ms = self.gcra().matters_until_ms(self.tat);
         let until_ms = if self.in_force >= self.ceiling() {
             tat_ms
         } else {
