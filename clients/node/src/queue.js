@@ -84,7 +84,7 @@ export class Queue {
     }
     id = newJobId();
     await this.#makeStream();
-    await replies(this.connection.multi().hset(k.jobs, id, payload).call(...this.#enqueue(id, delayMs)));
+    await this.#addedOrTakenBack(this.connection.multi().hset(k.jobs, id, payload).call(...this.#enqueue(id, delayMs)), [id]);
     return id;
   }
 
@@ -115,10 +115,29 @@ export class Queue {
       for (let i = start; i < end; i++) {
         multi.hset(k.jobs, made[i], list[i]).call(...this.#enqueue(made[i], delayMs));
       }
-      sent.push(replies(multi));
+      sent.push(this.#addedOrTakenBack(multi, made.slice(start, end)));
     }
-    await Promise.all(sent);
+    // Every chunk settled (its refused payloads taken back) before the first error is raised.
+    const settled = await Promise.allSettled(sent);
+    const failed = settled.find((s) => s.status === "rejected");
+    if (failed) throw failed.reason;
     return made;
+  }
+
+  // EXEC of a MULTI of `HSET jobs <id> <payload>`, `ECHO.ADD ... <id>` per id in `ids` (all new),
+  // failing on the first error inside its reply. A transaction does not stop at a refused command:
+  // when the server refuses an ECHO.ADD (a pending or schedule of another type, a stream out of
+  // IDs), the HSET before it stays, so that payload is deleted again (HDEL) before the error is
+  // raised. The id is new and the caller never got it: no other job can own that payload.
+  async #addedOrTakenBack(multi, ids) {
+    const result = await multi.exec();
+    if (!result) throw new Error("transaction aborted");
+    const error = result.find(([e]) => e)?.[0];
+    if (!error) return;
+    const refused = ids.filter((_, i) => result[2 * i + 1][0]);
+    // The refusal is the error to report, whatever the HDEL meets.
+    if (refused.length) await this.connection.hdel(this.keys.jobs, ...refused).catch(() => {});
+    throw error;
   }
 
   // The stream and the workers' group, once per Queue before its first add with a new id:

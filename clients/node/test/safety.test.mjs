@@ -48,6 +48,30 @@ test("a given-id add refused leaves no trace: delayMs out of range, a schedule o
   await assert.rejects(queue.add("x", { id: "lone \ud800 surrogate" }), TypeError);
 });
 
+test("a generated-id add refused by a pending of another type takes its payload back and raises", async () => {
+  const client = server.client();
+  const queue = new Queue(client, queueName("add-refused-pending"));
+  const k = queue.keys;
+  // The first add makes the stream and the group (once per Queue); then pending is replaced.
+  const first = await queue.add("first");
+  await client.del(k.pending);
+  await client.set(k.pending, "not a stream");
+  // The HSET of the MULTI is applied, the ECHO.ADD beside it refused inside EXEC.
+  await assert.rejects(queue.add("refused"), /WRONGTYPE/);
+  // Two transactions (1,000 jobs each at most), both refused.
+  await assert.rejects(queue.addMany(Array.from({ length: 1500 }, (_, i) => `refused-${i}`)), /WRONGTYPE/);
+  assert.deepEqual(await client.hkeys(k.jobs), [first], "the payloads of refused adds are taken back");
+
+  // The key repaired (the stream and its group again), an add goes through.
+  await client.del(k.pending);
+  await client.xgroup("CREATE", k.pending, "workers", "0", "MKSTREAM");
+  const id = await queue.add("after");
+  assert.deepEqual(await client.hgetBuffer(k.jobs, id), Buffer.from("after"));
+  assert.equal(await client.xlen(k.pending), 1);
+  assert.deepEqual((await queue.addMany(["a", "b"])).length, 2);
+  assert.equal(await client.hlen(k.jobs), 4);
+});
+
 test("a failure whose retry the server refuses leaves the job delivered, in the group", async () => {
   const client = server.client();
   const queue = new Queue(client, queueName("retry-refused"));

@@ -473,11 +473,33 @@ impl Queue {
         self.make_stream_once().await?;
         let id = new_job_id();
         let mut pipe = redis::pipe();
-        pipe.atomic();
+        // The errors inside EXEC's reply as values: which command was
+        // refused says which payload to take back.
+        pipe.atomic().ignore_errors();
         self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
         let replies: Value = pipe.query_async(&mut conn).await?;
+        self.take_back_refused(refused_new_ids(&replies, [Some(id.as_str())]))
+            .await;
         exec_error(replies)?;
         Ok(id)
+    }
+
+    /// Deletes again (`HDEL`) the payloads of jobs with new ids whose
+    /// `ECHO.ADD` the server refused inside `EXEC` (a `pending` or
+    /// `schedule` of another type, a stream out of IDs): a transaction does
+    /// not stop at a refused command, so the `HSET` before it was applied.
+    /// The ids are new and the caller never got them, so no other job owns
+    /// those payloads. What the `HDEL` meets is not reported: the refusal
+    /// is the error the caller gets.
+    async fn take_back_refused(&self, refused: Vec<&str>) {
+        if refused.is_empty() {
+            return;
+        }
+        let _: RedisResult<i64> = redis::cmd("HDEL")
+            .arg(&self.keys.jobs)
+            .arg(refused)
+            .query_async(&mut self.conn.clone())
+            .await;
     }
 
     /// `op`, and on a cluster `op` again while the cluster answers that the
@@ -594,6 +616,8 @@ impl Queue {
             self.make_stream_once().await?;
         }
         let mut pipe = redis::pipe();
+        // The errors inside each EXEC's reply as values, as in add.
+        pipe.ignore_errors();
         if jobs.iter().any(|(_, o)| o.id.is_some()) {
             // Loaded before the transactions, so EVALSHA inside them finds it.
             pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_WITH_ID).ignore();
@@ -621,9 +645,25 @@ impl Queue {
             }
             pipe.cmd("EXEC");
         }
-        // Replies: QUEUED for each command, then EXEC's array per transaction.
+        // Replies, per transaction: QUEUED (or the refusal) for each HSET
+        // and ECHO.ADD (the EVALSHAs' are ignored), then EXEC's array.
         let mut conn = self.conn.clone();
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let mut refused = Vec::new();
+        let mut at = 0;
+        for (chunk, chunk_ids) in jobs.chunks(ADD_BATCH).zip(ids.chunks(ADD_BATCH)) {
+            let layout: Vec<Option<&str>> = chunk
+                .iter()
+                .zip(chunk_ids)
+                .map(|((_, options), id)| options.id.is_none().then_some(id.as_str()))
+                .collect();
+            at += 2 * layout.iter().flatten().count();
+            if let Some(exec) = replies.get(at) {
+                refused.extend(refused_new_ids(exec, layout));
+            }
+            at += 1;
+        }
+        self.take_back_refused(refused).await;
         for reply in replies {
             exec_error(reply)?;
         }
@@ -810,6 +850,33 @@ impl Queue {
             .invoke_async(&mut conn)
             .await
     }
+}
+
+/// The new ids (`Some` in `jobs`, an `HSET` and an `ECHO.ADD` each) whose
+/// `ECHO.ADD` is an error in `exec`, the `EXEC` reply of one transaction of
+/// adds made in the order of `jobs` (`None`: a given id, one `EVALSHA`).
+/// Nothing when `exec` is not an array: the transaction did not run.
+fn refused_new_ids<'a>(
+    exec: &Value,
+    jobs: impl IntoIterator<Item = Option<&'a str>>,
+) -> Vec<&'a str> {
+    let Value::Array(replies) = exec else {
+        return Vec::new();
+    };
+    let mut at = 0;
+    let mut refused = Vec::new();
+    for job in jobs {
+        match job {
+            Some(id) => {
+                if let Some(Value::ServerError(_)) = replies.get(at + 1) {
+                    refused.push(id);
+                }
+                at += 2;
+            }
+            None => at += 1,
+        }
+    }
+    refused
 }
 
 /// The first error inside an `EXEC` reply (the commands of a transaction

@@ -240,19 +240,39 @@ fn move_slot(cluster: &mut Cluster, slot: u16, how: Move) {
             let r = cluster.replica_of(a);
             let mut on_r = cluster.conn(r);
             if let Move::Kill = how {
-                // Caught up first, so that the kill loses no write the
-                // worker was told was done (replication is asynchronous): a
-                // replica still in its first sync, or behind, would take
-                // over without the queue (seen once on a loaded machine:
-                // NOGROUP on the new primary).
+                // Caught up first, so that the kill loses none of the
+                // queue (replication is asynchronous): a replica behind
+                // takes over without it (NOGROUP on the new primary, every
+                // count 0, the jobs not run yet lost). Caught up is the
+                // replica's own offset at the primary's of now, what the
+                // primary wrote so far (the adds, the group, the runs so
+                // far). Not `WAIT 1`, on a connection of the test's own:
+                // WAIT waits for that connection's writes, none, so it
+                // counts at once a replica whose link is up and that has
+                // been sent nothing since its first sync. That one is
+                // common here: a replica fully synced by the cluster's
+                // creation a second before gets the stream only after its
+                // first REPLCONF ACK, up to a second later (seen 2 runs in
+                // 10: the new primary elected at offset 0).
                 let mut on_a = cluster.conn(a);
+                let offset = |con: &mut redis::Connection| -> i64 {
+                    info_field(con, "replication", "master_repl_offset")
+                        .parse()
+                        .unwrap_or(-1)
+                };
+                let written = offset(&mut on_a);
+                let (from, waited) = (offset(&mut on_r), Instant::now());
                 wait_until("the replica caught up", LONG, || {
                     let link = info_field(&mut on_r, "replication", "master_link_status");
-                    let acked: i64 = q!(&mut on_a, "WAIT", 1, 500);
-                    (link == "up" && acked >= 1)
+                    let applied = offset(&mut on_r);
+                    (link == "up" && applied >= written)
                         .then_some(())
-                        .ok_or(format!("link {link}, {acked} acknowledged"))
+                        .ok_or(format!("link {link}, offset {applied} of {written}"))
                 });
+                println!(
+                    "the replica went from offset {from} to the primary's {written} in {:?}",
+                    waited.elapsed()
+                );
                 cluster.nodes[a].kill();
             } else {
                 let _: () = q!(&mut on_r, "CLUSTER", "FAILOVER");
@@ -309,7 +329,6 @@ async fn worker_goes_on_through_a_cluster_failover() {
 // The same through the death of the queue's primary: connections refused,
 // CLUSTERDOWN until its replica is elected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky in CI (2026-12-02): the replica elected after the kill held none of the queue (Counts all 0, 208 of 600 run), so the test loses writes to asynchronous replication rather than testing the worker; to be fixed by waiting for the replica's offset before the kill"]
 async fn worker_goes_on_through_the_death_of_its_primary() {
     goes_on_through(Move::Kill).await;
 }

@@ -235,6 +235,53 @@ async fn a_refused_add_leaves_no_trace() {
     assert_eq!(scheduled, 1);
 }
 
+// A generated-id add whose ECHO.ADD the server refuses inside EXEC (a
+// pending of another type, put there after the queue made its stream): the
+// HSET of the same transaction was applied, and the library deletes that
+// payload again before it returns the refusal, in add and in each of
+// add_many's transactions (a given id among them is the script's, refused
+// with nothing written). Once pending is a stream again, adds go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_new_id_add_takes_its_payload_back() {
+    let server = Server::start();
+    let name = queue_name("orphan");
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let mut conn = queue.connection();
+    let (jobs, pending) = (format!("{{{name}}}:jobs"), format!("{{{name}}}:pending"));
+    // The first add makes the stream and the group (once per Queue).
+    let first = queue.add(b"first", AddOptions::default()).await.unwrap();
+    let _: () = conn.del(&pending).await.unwrap();
+    let _: () = conn.set(&pending, "not a stream").await.unwrap();
+
+    let err = queue
+        .add(b"refused", AddOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    // Two transactions (1,000 jobs at most each), both refused.
+    let batch = (0..1500).map(|i| {
+        let id = (i == 700).then(|| "given".to_string());
+        (format!("refused-{i}"), AddOptions { id, delay_ms: 0 })
+    });
+    let err = queue.add_many_with(batch).await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    let stored: Vec<String> = conn.hkeys(&jobs).await.unwrap();
+    assert_eq!(stored, [first], "the payloads of refused adds are left");
+
+    // The key repaired: the stream and its group again.
+    let _: () = conn.del(&pending).await.unwrap();
+    queue.ensure_group().await.unwrap();
+    let id = queue.add(b"after", AddOptions::default()).await.unwrap();
+    let stored: Option<Vec<u8>> = conn.hget(&jobs, &id).await.unwrap();
+    assert_eq!(stored.as_deref(), Some(&b"after"[..]));
+    assert_eq!(queue.add_many([b"a", b"b"]).await.unwrap().len(), 2);
+    let (entries, payloads): (u64, u64) = (
+        conn.xlen(&pending).await.unwrap(),
+        conn.hlen(&jobs).await.unwrap(),
+    );
+    assert_eq!((entries, payloads), (3, 4));
+}
+
 // A failure whose retry the server refuses (a schedule key of the wrong
 // type) writes nothing (ECHO.RETRY is the failure script's first write) and
 // leaves the entry delivered and unacknowledged, to be taken over after the
