@@ -11,7 +11,7 @@ mod rules;
 mod server;
 
 use commands::{add, delay, hold, limits, promote, queues, retry, schedule, spread};
-use engine::{eviction, imports, release, stats, ticker};
+use engine::{eviction, groups, imports, release, stats, ticker};
 use redis_module::{redis_module, Context, RedisString, Status};
 use rules::versions;
 use server::register::{self, Command};
@@ -59,6 +59,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
 /// as long as the server runs.
 fn deinit(_ctx: &Context) -> Status {
     release::reset();
+    groups::reset();
     ticker::reset();
     eviction::release();
     config::release_all();
@@ -98,6 +99,7 @@ fn load(ctx: &Context) -> Result<(), String> {
     eviction::init(ctx)?;
     ticker::register(ctx)?;
     release::register(ctx)?;
+    groups::register(ctx)?;
     // The values of valkey.conf (or MODULE LOADEX ... CONFIG); a refused
     // one fails the load, as the server expects.
     if !config::load(ctx) {

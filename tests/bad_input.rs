@@ -484,11 +484,62 @@ fn malformed_calls_are_refused_and_write_nothing() {
         (words("ECHO.ADD s p job GROUP"), "ERR syntax error"),
         (
             words("ECHO.ADD s p job GROUP tenant-1"),
-            "ERR GROUP is not supported yet",
+            "ERR a grouped schedule needs a {hash tag}",
         ),
         (
             words("ECHO.ADD s p job NX DELAY 5 group g"),
-            "ERR GROUP is not supported yet",
+            "ERR a grouped schedule needs a {hash tag}",
+        ),
+        (
+            raw(&[b"ECHO.ADD", b"{t}:s", b"{t}:p", b"job", b"GROUP", b""]),
+            "ERR group must be 1..=1024 bytes",
+        ),
+        (
+            raw(&[
+                b"ECHO.ADD",
+                b"{t}:s",
+                b"{t}:p",
+                b"job",
+                b"GROUP",
+                &[b'g'; 1025],
+            ]),
+            "ERR group must be 1..=1024 bytes",
+        ),
+        (
+            words("ECHO.ADD {t}:s {t}:p job GROUP a GROUP b"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.SCHEDULE s job 10 GROUP g"),
+            "ERR a grouped schedule needs a {hash tag}",
+        ),
+        (
+            raw(&[b"ECHO.SCHEDULE", b"{t}:s", b"job", b"10", b"GROUP", b""]),
+            "ERR group must be 1..=1024 bytes",
+        ),
+        (
+            words("ECHO.SCHEDULE {t}:s job 10 GROUP"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.RETRY s job fixed:1 1 GROUP g"),
+            "ERR a grouped schedule needs a {hash tag}",
+        ),
+        (
+            words("ECHO.RETRY {t}:s job fixed:1 1 GROUP dead MAXATTEMPTS 1 DEAD {t}:d"),
+            "ERR syntax error",
+        ),
+        (
+            raw(&[
+                b"ECHO.RETRY",
+                b"{t}:s",
+                b"job",
+                b"fixed:1",
+                b"1",
+                b"GROUP",
+                &[b'g'; 1025],
+            ]),
+            "ERR group must be 1..=1024 bytes",
         ),
         // more words than any valid call has
         (

@@ -1,4 +1,4 @@
-//! `ECHO.ADD schedule pending job [DELAY ms] [NX]`
+//! `ECHO.ADD schedule pending job [DELAY ms] [GROUP group] [NX]`
 //!
 //! Enqueues a run of `job`, the server deciding where it goes, so that every
 //! run passes the release and not only retries. When `schedule` is not
@@ -11,8 +11,10 @@
 //! write ECHO.SCHEDULE makes, so the limit and the hold govern it. `NX`:
 //! nothing at all when `job` is already in `schedule` (also when it would
 //! have gone to `pending`). `ms` is `0..=10000000000000`, as ECHO.SCHEDULE's
-//! `delay_ms`. `GROUP group` (fair release by group) is refused until groups
-//! are supported: `ERR GROUP is not supported yet`, nothing written.
+//! `delay_ms`. `GROUP group` (a schedule with a hash tag, `group` 1..=1024
+//! bytes): always into the group's members, `<schedule>:echomq-g:<group>`,
+//! whose release is fair across the schedule's groups (`engine::groups`);
+//! `NX` looks there.
 //!
 //! Reply: integer. `1`: the job went to `pending`. A Unix time in ms: the
 //! job's fire time in `schedule`. `0`: `NX` found the job in `schedule`, and
@@ -38,7 +40,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 use crate::commands::option_words;
 use crate::engine::mover::Pending;
 use crate::engine::scheduling::{add_run, Added};
-use crate::engine::stats;
+use crate::engine::{groups, stats};
 use crate::rules::grammar::{self, ArgError, MAX_ADD_OPTION_WORDS};
 use crate::server::keys::{Arg, Key, Kind};
 use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
@@ -82,16 +84,22 @@ pub fn echo_add(ctx: &Context, args: &[Arg]) -> RedisResult {
     let mut buffer: [&[u8]; MAX_ADD_OPTION_WORDS] = [&[]; MAX_ADD_OPTION_WORDS];
     let words = option_words(options, &mut buffer).ok_or(ArgError::Syntax)?;
     let request = grammar::parse_add_request(schedule.as_slice(), pending.as_slice(), words)?;
+    let group_names = groups::names_for(ctx, schedule, options, request.group)?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
     let pending = Pending::open(ctx, pending)?;
+    let group = group_names.as_ref().map(|n| n.open(ctx)).transpose()?;
+    let target = group.as_ref().map_or(&schedule_key, |g| &g.members);
     Ok(RedisValue::Integer(
-        match add_run(ctx, schedule, &schedule_key, &pending, job, request)? {
+        match add_run(ctx, schedule, target, &pending, job, request)? {
             Added::Pending => {
                 stats::added_direct();
                 INTO_PENDING
             }
             Added::Scheduled(fire_at_ms) => {
+                if let Some(group) = &group {
+                    group.reindex()?;
+                }
                 stats::scheduled();
                 fire_at_ms
             }

@@ -1,4 +1,4 @@
-//! `ECHO.RETRY schedule job policy attempts [NX | XX] [GT | LT] [MAXATTEMPTS n DEAD dead]`
+//! `ECHO.RETRY schedule job policy attempts [NX | XX] [GT | LT] [MAXATTEMPTS n DEAD dead] [GROUP group]`
 //!
 //! Computes `policy`'s delay for `attempts` from the server's command time
 //! and random generator, and adds `job` to the sorted set `schedule` with
@@ -8,7 +8,10 @@
 //! is written nowhere. With `MAXATTEMPTS n DEAD dead` and `attempts >= n` the
 //! job is dead-lettered instead: removed from `schedule` and added to the
 //! sorted set `dead` at `now_ms`, with no delay drawn and no condition
-//! applied.
+//! applied. With `GROUP group` (a schedule with a hash tag) every one of
+//! these writes goes to the group's members, `<schedule>:echomq-g:<group>`,
+//! instead of `schedule`, and the group is kept in the schedule's time
+//! index (`engine::groups`), so its release is fair across groups.
 //!
 //! Reply: integer. `>= 0`: the job's fire time in `schedule` after the call
 //! (written now, or kept by a condition; a kept fractional score rounded
@@ -31,7 +34,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::commands::option_words;
 use crate::engine::scheduling::{dead_letter, schedule_after};
-use crate::engine::{release, stats};
+use crate::engine::{groups, release, stats};
 use crate::rules::grammar::{self, ArgError, MAX_OPTION_WORDS};
 use crate::server::context;
 use crate::server::keys::{Arg, Key, Kind};
@@ -105,8 +108,11 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
         attempts.as_slice(),
         words,
     )?;
+    let group_names = groups::names_for(ctx, schedule, options, request.options.group)?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
+    let group = group_names.as_ref().map(|n| n.open(ctx)).transpose()?;
+    let target = group.as_ref().map_or(&schedule_key, |g| &g.members);
     let dies = request.dies();
     let dead = match request.options.dead_letter {
         Some(dead) => {
@@ -124,19 +130,25 @@ pub fn echo_retry(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
 
     if let (true, Some(dead_key)) = (dies, &dead) {
-        dead_letter(&schedule_key, job, dead_key)?;
+        dead_letter(target, job, dead_key)?;
+        if let Some(group) = &group {
+            group.reindex()?;
+        }
         stats::dead_lettered();
         release::failed(ctx, schedule.as_slice());
         return Ok(RedisValue::Integer(DEAD_LETTERED));
     }
 
     let jittered = request.delay.policy.is_jittered();
-    let reply = schedule_after(&schedule_key, job, request.options, || {
+    let reply = schedule_after(target, job, request.options, || {
         request
             .delay
             .policy
             .delay_ms_with_rng(request.delay.attempts, &mut rand::rng())
     })?;
+    if let Some(group) = &group {
+        group.reindex()?;
+    }
     stats::retried(jittered);
     release::failed(ctx, schedule.as_slice());
     Ok(RedisValue::Integer(reply))

@@ -1,4 +1,4 @@
-//! `ECHO.SCHEDULE schedule job delay_ms [NX | XX] [GT | LT]`
+//! `ECHO.SCHEDULE schedule job delay_ms [NX | XX] [GT | LT] [GROUP group]`
 //!
 //! A run that is not a failure (a producer's delayed first run, a job
 //! re-queued by hand): exactly `ECHO.RETRY schedule job fixed:<delay_ms> 1`
@@ -11,7 +11,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::commands::option_words;
 use crate::engine::scheduling::schedule_after;
-use crate::engine::stats;
+use crate::engine::{groups, stats};
 use crate::rules::grammar::{self, parse_retry_options, ArgError, RetryOptions, MAX_OPTION_WORDS};
 use crate::server::keys::{Arg, Key, Kind};
 use crate::server::register::{entry_point, Command, KeyAt, KeyDoc};
@@ -40,10 +40,16 @@ pub fn echo_schedule(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     let mut buffer: [&[u8]; MAX_OPTION_WORDS] = [&[]; MAX_OPTION_WORDS];
     let words = option_words(options, &mut buffer).ok_or(ArgError::Syntax)?;
-    let (delay_ms, options) = parse_schedule_request(delay_ms.as_slice(), words)?;
+    let (delay_ms, parsed) = parse_schedule_request(delay_ms.as_slice(), words)?;
+    let group_names = groups::names_for(ctx, schedule, options, parsed.group)?;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
-    let reply = schedule_after(&schedule_key, job, options, || delay_ms)?;
+    let group = group_names.as_ref().map(|n| n.open(ctx)).transpose()?;
+    let target = group.as_ref().map_or(&schedule_key, |g| &g.members);
+    let reply = schedule_after(target, job, parsed, || delay_ms)?;
+    if let Some(group) = &group {
+        group.reindex()?;
+    }
     stats::scheduled();
     Ok(RedisValue::Integer(reply))
 }

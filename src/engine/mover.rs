@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use redis_module::{Context, RedisError};
 
-use crate::engine::release;
+use crate::engine::release::{self, Allowance};
+use crate::engine::{groups, stats};
 use crate::rules::errors::ReplyError;
-use crate::server::keys::{Arg, Key, Kind};
+use crate::server::keys::{Arg, Key, Kind, Members};
 
 /// How long one move may hold the server: unbounded for a client's
 /// ECHO.PROMOTE (its LIMIT is the client's own choice, and shows as the
@@ -110,6 +111,18 @@ pub fn move_due(
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
     let allowance = release::allowance(ctx, schedule)?;
+    if groups::grouped(ctx, schedule.as_slice())? {
+        return move_grouped(
+            ctx,
+            schedule,
+            &schedule_key,
+            &pending,
+            limit,
+            now_ms,
+            time_limit,
+            allowance,
+        );
+    }
     let mut moved = take_due(
         &schedule_key,
         &pending,
@@ -125,6 +138,89 @@ pub fn move_due(
             && allowance.count < limit
             && moved.refused.is_none()
             && !schedule_key.zset_due(now_ms as f64, 1).is_empty();
+        release::released(
+            ctx,
+            schedule.as_slice(),
+            &allowance,
+            moved.count,
+            moved.limited,
+        );
+    }
+    Ok(moved)
+}
+
+/// The most admissions plus visits of groups a grouped move makes per member
+/// it may move (and at least `MIN_GROUP_STEPS`): a visit that finds a group
+/// limited moves nothing, and the rest carries on at the next move.
+const GROUP_STEPS_PER_MEMBER: usize = 4;
+const MIN_GROUP_STEPS: usize = 64;
+/// Within the timer's budget: about what 2 ms of work allows.
+const BUDGET_GROUP_STEPS: usize = 4096;
+
+/// The move of a grouped schedule: the fair release over its groups
+/// (`groups::release`) chooses the members and takes them out of their
+/// groups, then they are pushed to `pending` in that order, as `take_due`
+/// pushes. The release limit of the schedule caps the sum.
+#[allow(clippy::too_many_arguments)]
+fn move_grouped(
+    ctx: &Context,
+    schedule: &Arg,
+    schedule_key: &Key,
+    pending: &Pending,
+    limit: u64,
+    now_ms: i64,
+    time_limit: TimeLimit,
+    allowance: Option<Allowance>,
+) -> Result<Moved, RedisError> {
+    let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
+    let per_member = usize::try_from(want)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(GROUP_STEPS_PER_MEMBER)
+        .max(MIN_GROUP_STEPS);
+    let max_steps = match time_limit {
+        TimeLimit::Unbounded => per_member,
+        TimeLimit::Budget(_) => per_member.min(BUDGET_GROUP_STEPS),
+    };
+    let outcome = groups::release(
+        ctx,
+        schedule.as_slice(),
+        schedule_key,
+        now_ms,
+        want,
+        max_steps,
+    )?;
+    let released = &outcome.release.released;
+    let mut members = Members::from_bytes(ctx, released.iter().map(|r| r.member.as_slice()));
+    let mut moved = Moved::default();
+    match pending.sink {
+        Sink::Stream => {
+            let appended = pending.key.xadd_jobs(&mut members);
+            pending.key.publish(appended, &members);
+            if members.len() < released.len() {
+                groups::put_back(
+                    ctx,
+                    schedule.as_slice(),
+                    schedule_key,
+                    &released[members.len()..],
+                )?;
+                moved.refused = Some(ReplyError::StreamFull);
+            }
+        }
+        Sink::List => pending.key.lpush_all(&members),
+    }
+    moved.count = members.len() as u64;
+    moved.earliest_ms = released
+        .iter()
+        .take(members.len())
+        .map(|r| r.fire_at_ms as f64)
+        .reduce(f64::min);
+    moved.out_of_time = outcome.release.left.by_budget;
+    stats::group_released(moved.count, outcome.release.limited.len() as u64);
+    if let Some(allowance) = allowance {
+        moved.limited = outcome.release.left.by_want
+            && moved.count == allowance.count
+            && allowance.count < limit
+            && moved.refused.is_none();
         release::released(
             ctx,
             schedule.as_slice(),

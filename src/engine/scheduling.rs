@@ -6,7 +6,7 @@
 use redis_module::{Context, RedisError};
 
 use crate::engine::mover::Pending;
-use crate::engine::release;
+use crate::engine::{groups, release};
 use crate::rules::grammar::{AddRequest, Compare, Presence, RetryOptions};
 use crate::server::clock;
 use crate::server::keys::{Arg, Key, Kind, Zadd, ZaddIf};
@@ -57,12 +57,13 @@ pub enum Added {
     AlreadyScheduled,
 }
 
-/// ECHO.ADD's write. Both keys are open and type-checked (`schedule_key` of
-/// the schedule named `schedule`). A run due now of a schedule with no limit
-/// and no hold is pushed into pending as a producer would push it, with no
-/// detour; any other run goes into the schedule at `now_ms + delay_ms`
-/// through the very write ECHO.SCHEDULE makes, so its release limit and hold
-/// govern it like any retry's.
+/// ECHO.ADD's write. Both keys are open and type-checked: `schedule_key`,
+/// where a scheduled run goes, is the schedule named `schedule` or, with
+/// `GROUP`, its group's members. A run due now of a schedule with no limit
+/// and no hold, and no group, is pushed into pending as a producer would
+/// push it, with no detour; any other run goes into the schedule at
+/// `now_ms + delay_ms` through the very write ECHO.SCHEDULE makes, so its
+/// release limit, hold and group govern it like any retry's.
 pub fn add_run(
     ctx: &Context,
     schedule: &Arg,
@@ -74,7 +75,11 @@ pub fn add_run(
     if request.only_new && schedule_key.zscore(job).is_some() {
         return Ok(Added::AlreadyScheduled);
     }
-    if request.delay_ms == 0 && !release::governed(ctx, schedule.as_slice()) {
+    let direct = request.delay_ms == 0 && request.group.is_none();
+    if direct
+        && !release::governed(ctx, schedule.as_slice())
+        && !groups::limited(schedule.as_slice())
+    {
         pending.push(job)?;
         return Ok(Added::Pending);
     }

@@ -23,6 +23,8 @@ static SCHEDULED: AtomicU64 = AtomicU64::new(0);
 static ADDED_DIRECT: AtomicU64 = AtomicU64::new(0);
 static RELEASE_LIMITED: AtomicU64 = AtomicU64::new(0);
 static ADAPTIVE_DECREASES: AtomicU64 = AtomicU64::new(0);
+static GROUP_RELEASES: AtomicU64 = AtomicU64::new(0);
+static GROUP_LIMITED: AtomicU64 = AtomicU64::new(0);
 
 pub fn retried(jittered: bool) {
     RETRIES.fetch_add(1, Relaxed);
@@ -52,6 +54,13 @@ pub fn release_limited() {
 /// An adaptive limit halved its rate in force.
 pub fn adaptive_decrease() {
     ADAPTIVE_DECREASES.fetch_add(1, Relaxed);
+}
+
+/// Members a grouped release moved, and the groups it found held back by
+/// their own limit.
+pub fn group_released(moved: u64, limited: u64) {
+    GROUP_RELEASES.fetch_add(moved, Relaxed);
+    GROUP_LIMITED.fetch_add(limited, Relaxed);
 }
 
 pub fn dead_lettered() {
@@ -104,6 +113,8 @@ pub fn reset() {
         &ADDED_DIRECT,
         &RELEASE_LIMITED,
         &ADAPTIVE_DECREASES,
+        &GROUP_RELEASES,
+        &GROUP_LIMITED,
     ] {
         counter.store(0, Relaxed);
     }
@@ -138,6 +149,8 @@ impl InfoSection for Info {
             (c"auto_promote_lag_ms_max", &AUTO_LAG_MS_MAX),
             (c"release_limited", &RELEASE_LIMITED),
             (c"adaptive_decreases", &ADAPTIVE_DECREASES),
+            (c"group_releases", &GROUP_RELEASES),
+            (c"group_limited", &GROUP_LIMITED),
         ] {
             section.field(name, counter.load(Relaxed));
         }

@@ -6,6 +6,7 @@ use std::fmt;
 use redis_module::RedisError;
 
 use crate::rules::buckets::MAX_SPREAD_BUCKETS;
+use crate::rules::fairness::MAX_GROUP_BYTES;
 use crate::rules::limiter::{MAX_BURST, MAX_HOLD_MS, MAX_RATE};
 use crate::rules::policy::{MAX_JITTER_LAYERS, MAX_MS};
 
@@ -42,8 +43,11 @@ pub enum ArgError {
     DelayMs,
     /// ECHO.ADD's `DELAY ms`, which takes what `delay_ms` takes.
     Delay,
-    /// ECHO.ADD's `GROUP group`: groups are not supported yet.
-    GroupUnsupported,
+    /// `GROUP group` with a name that is empty or too long.
+    GroupName,
+    /// `GROUP group` on a schedule whose name has no hash tag: the group's
+    /// keys could not share its slot.
+    GroupNeedsTag,
     HoldMs,
 }
 
@@ -114,7 +118,11 @@ impl fmt::Display for ArgError {
                 f,
                 "ERR DELAY is not an integer or out of range (0..={MAX_MS})"
             ),
-            GroupUnsupported => write!(f, "ERR GROUP is not supported yet"),
+            GroupName => write!(
+                f,
+                "ERR group must be 1..={MAX_GROUP_BYTES} bytes"
+            ),
+            GroupNeedsTag => write!(f, "ERR a grouped schedule needs a {{hash tag}}"),
             HoldMs => write!(
                 f,
                 "ERR ms is not an integer or out of range (0..={MAX_HOLD_MS})"

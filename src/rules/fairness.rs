@@ -95,7 +95,7 @@
 //! groups are all empty leaves no key but TATs until they expire (and an
 //! override, which is configuration, not state).
 
-use crate::rules::limiter::{Gcra, Rate};
+use crate::rules::limiter::{canonical, Gcra, LimitKind, Rate, MAX_BURST, MAX_RATE};
 
 /// The longest group name, in bytes.
 pub const MAX_GROUP_BYTES: usize = 1024;
@@ -156,6 +156,43 @@ impl GroupLimit {
 pub struct Tat {
     pub ticks: u128,
     pub under: GroupLimit,
+}
+
+impl Tat {
+    /// `1 <n> <period_ms> <burst> <ticks>`: words of ASCII, as a release
+    /// limit's saved state, so `GET` shows it.
+    pub fn encode(&self) -> String {
+        let GroupLimit { rate, burst } = self.under;
+        format!("1 {} {} {burst} {}", rate.n, rate.period_ms, self.ticks)
+    }
+
+    /// The TAT `encode` wrote; `None` for anything else (read as none).
+    pub fn decode(bytes: &[u8]) -> Option<Tat> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut words = text.split(' ');
+        if words.next()? != "1" {
+            return None;
+        }
+        let n: u64 = canonical(words.next()?)?;
+        let period_ms: u64 = canonical(words.next()?)?;
+        let burst: u64 = canonical(words.next()?)?;
+        let ticks: u128 = canonical(words.next()?)?;
+        let valid = (1..=MAX_RATE).contains(&n)
+            && [1000, 60_000, 3_600_000].contains(&period_ms)
+            && (1..=MAX_BURST).contains(&burst)
+            && words.next().is_none();
+        valid.then_some(Tat {
+            ticks,
+            under: GroupLimit {
+                rate: Rate {
+                    n,
+                    period_ms,
+                    kind: LimitKind::Fixed,
+                },
+                burst,
+            },
+        })
+    }
 }
 
 /// A TAT to write: the store keeps it until `until_ms` and may drop it
@@ -573,6 +610,37 @@ pub fn release<S: GroupStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tat_reads_back_as_written_and_nothing_else_reads() {
+        let tat = Tat {
+            ticks: 123_456_789_000,
+            under: GroupLimit {
+                rate: Rate {
+                    n: 10,
+                    period_ms: 1000,
+                    kind: LimitKind::Fixed,
+                },
+                burst: 2,
+            },
+        };
+        assert_eq!(tat.encode(), "1 10 1000 2 123456789000");
+        assert_eq!(Tat::decode(tat.encode().as_bytes()), Some(tat));
+        for bad in [
+            "",
+            "1",
+            "2 10 1000 2 5",
+            "1 0 1000 2 5",
+            "1 10 999 2 5",
+            "1 10 1000 0 5",
+            "1 10 1000 2 05",
+            "1 10 1000 2 5 6",
+            "1 10 1000 2 -5",
+            "1  10 1000 2 5",
+        ] {
+            assert_eq!(Tat::decode(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
     use crate::rules::limiter::{Adaptive, Limit, LimitKind, LimitSpec};
     use std::collections::{BTreeMap, BTreeSet};
     use std::ops::Bound::{Excluded, Unbounded};

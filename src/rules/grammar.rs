@@ -8,6 +8,7 @@
 //! opened, so a malformed call can never write anything.
 
 pub use crate::rules::errors::ArgError;
+use crate::rules::fairness::Group;
 use crate::rules::policy::{Backoff, Jitter, Jitters, Policy, MAX_JITTER_LAYERS, MAX_MS};
 
 /// A canonical unsigned decimal, as the server reads its own integers: digits
@@ -147,8 +148,8 @@ pub fn delay_ms(bytes: &[u8]) -> Option<u64> {
     canonical_u64(bytes, MAX_MS)
 }
 
-/// The most option words a valid ECHO.ADD call has: `DELAY ms`, `NX` (and,
-/// once groups are supported, `GROUP group`).
+/// The most option words a valid ECHO.ADD call has: `DELAY ms`, `GROUP
+/// group`, `NX`.
 pub const MAX_ADD_OPTION_WORDS: usize = 5;
 
 /// ECHO.ADD's options after `job`.
@@ -158,11 +159,21 @@ pub struct AddRequest {
     pub delay_ms: u64,
     /// `NX`: nothing at all when the job is already in the schedule.
     pub only_new: bool,
+    /// `GROUP group`: the position of the group's name among the options.
+    pub group: Option<usize>,
+}
+
+/// A group's name as `GROUP` takes it: 1..=1024 bytes.
+fn group_name(name: &[u8]) -> Result<(), ArgError> {
+    match Group::named(name) {
+        Some(_) => Ok(()),
+        None => Err(ArgError::GroupName),
+    }
 }
 
 /// Parses ECHO.ADD's options after `job`: `[DELAY ms] [GROUP group] [NX]` in
 /// any order, keywords in any case, each at most once; then that the two
-/// keys differ. `GROUP` is refused for now, groups not being supported yet.
+/// keys differ.
 pub fn parse_add_request(
     schedule: &[u8],
     pending: &[u8],
@@ -170,22 +181,25 @@ pub fn parse_add_request(
 ) -> Result<AddRequest, ArgError> {
     let mut request = AddRequest::default();
     let (mut nx, mut delay) = (false, false);
-    let mut words = options.iter();
-    while let Some(&word) = words.next() {
+    let mut i = 0;
+    while let Some(&word) = options.get(i) {
         if word.eq_ignore_ascii_case(b"NX") {
             if std::mem::replace(&mut nx, true) {
                 return Err(ArgError::Syntax);
             }
+            i += 1;
             continue;
         }
-        let value = words.next().ok_or(ArgError::Syntax)?;
+        let value = options.get(i + 1).ok_or(ArgError::Syntax)?;
         if word.eq_ignore_ascii_case(b"DELAY") && !std::mem::replace(&mut delay, true) {
             request.delay_ms = delay_ms(value).ok_or(ArgError::Delay)?;
-        } else if word.eq_ignore_ascii_case(b"GROUP") {
-            return Err(ArgError::GroupUnsupported);
+        } else if word.eq_ignore_ascii_case(b"GROUP") && request.group.is_none() {
+            group_name(value)?;
+            request.group = Some(i + 1);
         } else {
             return Err(ArgError::Syntax);
         }
+        i += 2;
     }
     request.only_new = nx;
     if schedule == pending {
@@ -210,8 +224,8 @@ pub fn parse_delay_request(policy: &[u8], attempts: &[u8]) -> Result<DelayReques
 }
 
 /// The most option words a valid ECHO.RETRY or ECHO.SCHEDULE call has:
-/// `NX|XX`, `GT|LT`, `MAXATTEMPTS n`, `DEAD dead`.
-pub const MAX_OPTION_WORDS: usize = 6;
+/// `NX|XX`, `GT|LT`, `MAXATTEMPTS n`, `DEAD dead`, `GROUP group`.
+pub const MAX_OPTION_WORDS: usize = 8;
 
 /// Whether ECHO.RETRY may add a new job or replace an existing one's score.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -251,6 +265,8 @@ pub struct RetryOptions {
     pub presence: Presence,
     pub compare: Compare,
     pub dead_letter: Option<DeadLetter>,
+    /// `GROUP group`: the position of the group's name among the options.
+    pub group: Option<usize>,
 }
 
 /// ECHO.RETRY in full.
@@ -303,9 +319,11 @@ pub fn dead_key_index(options: &[&[u8]]) -> Option<usize> {
     (key < options.len()).then_some(key)
 }
 
-/// `[NX | XX] [GT | LT] [MAXATTEMPTS n DEAD dead]` in any order, keywords in
-/// any case, each at most once. The exclusions are ZADD's: `NX` with any of
-/// `XX`, `GT`, `LT`, and `GT` with `LT`.
+/// `[NX | XX] [GT | LT] [MAXATTEMPTS n DEAD dead] [GROUP group]` in any
+/// order, keywords in any case, each at most once. The exclusions are
+/// ZADD's: `NX` with any of `XX`, `GT`, `LT`, and `GT` with `LT`. The `dead`
+/// key must be the word after the first `DEAD` (the rule a cluster routes
+/// by), so a group named `dead` must come after the `DEAD dead` pair.
 pub fn parse_retry_options(options: &[&[u8]]) -> Result<RetryOptions, ArgError> {
     let mut parsed = RetryOptions::default();
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
@@ -339,6 +357,9 @@ pub fn parse_retry_options(options: &[&[u8]]) -> Result<RetryOptions, ArgError> 
             max_attempts = Some(n);
         } else if word.eq_ignore_ascii_case(b"DEAD") && dead_key_index.is_none() {
             dead_key_index = Some(i + 1);
+        } else if word.eq_ignore_ascii_case(b"GROUP") && parsed.group.is_none() {
+            group_name(value)?;
+            parsed.group = Some(i + 1);
         } else {
             return Err(ArgError::Syntax);
         }
@@ -360,6 +381,9 @@ pub fn parse_retry_options(options: &[&[u8]]) -> Result<RetryOptions, ArgError> 
         (_, true) => Compare::Earlier,
         _ => Compare::Always,
     };
+    if dead_key_index.is_some() && dead_key_index != self::dead_key_index(options) {
+        return Err(ArgError::Syntax);
+    }
     parsed.dead_letter = match (max_attempts, dead_key_index) {
         (Some(max_attempts), Some(key_index)) => Some(DeadLetter {
             max_attempts,
@@ -576,6 +600,14 @@ mod tests {
                 presence,
                 compare,
                 dead_letter,
+                group: None,
+            })
+        };
+        let grouped = |dead_letter, at| {
+            Ok(RetryOptions {
+                dead_letter,
+                group: Some(at),
+                ..RetryOptions::default()
             })
         };
         use Compare::*;
@@ -601,6 +633,10 @@ mod tests {
                 "MAXATTEMPTS 2 DEAD MAXATTEMPTS",
                 ok(Any, Always, dead(2, 3)),
             ),
+            ("GROUP g", grouped(None, 1)),
+            ("group NX", grouped(None, 1)),
+            ("GROUP g MAXATTEMPTS 2 DEAD d", grouped(dead(2, 5), 1)),
+            ("MAXATTEMPTS 2 DEAD d GROUP dead", grouped(dead(2, 3), 5)),
         ] {
             assert_eq!(options(call), want, "{call:?}");
         }
@@ -631,6 +667,11 @@ mod tests {
             ("LT NX", Conflict("GT, LT, and/or NX")),
             ("GT LT", Conflict("GT, LT, and/or NX")),
             ("XX GT LT", Conflict("GT, LT, and/or NX")),
+            ("GROUP", Syntax),
+            ("GROUP a GROUP b", Syntax),
+            // the dead key is the word after the first DEAD, as a cluster
+            // routes it: a group named dead comes after the pair
+            ("GROUP dead MAXATTEMPTS 2 DEAD d", Syntax),
         ] {
             assert_eq!(options(call), Err(want), "{call:?}");
         }
@@ -683,7 +724,20 @@ mod tests {
 
     #[test]
     fn add_options_table() {
-        let ok = |delay_ms, only_new| Ok(AddRequest { delay_ms, only_new });
+        let ok = |delay_ms, only_new| {
+            Ok(AddRequest {
+                delay_ms,
+                only_new,
+                group: None,
+            })
+        };
+        let grouped = |delay_ms, only_new, at| {
+            Ok(AddRequest {
+                delay_ms,
+                only_new,
+                group: Some(at),
+            })
+        };
         for (opts, want) in [
             ("", ok(0, false)),
             ("NX", ok(0, true)),
@@ -693,6 +747,11 @@ mod tests {
             ("DELAY 10000000000000", ok(MAX_MS, false)),
             ("NX Delay 5", ok(5, true)),
             ("DELAY 5 NX", ok(5, true)),
+            ("GROUP tenant-1", grouped(0, false, 1)),
+            ("group g NX", grouped(0, true, 1)),
+            ("NX DELAY 5 GROUP g", grouped(5, true, 4)),
+            ("GROUP NX NX", grouped(0, true, 1)),
+            ("GROUP DELAY DELAY 3", grouped(3, false, 1)),
         ] {
             assert_eq!(add("s", "p", opts), want, "{opts:?}");
         }
@@ -712,12 +771,10 @@ mod tests {
             ("DELAY 1s", Delay),
             ("DELAY 99999999999999999999999", Delay),
             ("GROUP", Syntax),
-            ("GROUP tenant-1", GroupUnsupported),
-            ("group g NX", GroupUnsupported),
-            ("NX DELAY 5 GROUP g", GroupUnsupported),
+            ("GROUP a GROUP b", Syntax),
             // options are judged in order: the first fault is the one named
             ("DELAY x GROUP g", Delay),
-            ("GROUP g DELAY x", GroupUnsupported),
+            ("GROUP g DELAY x", Delay),
         ] {
             assert_eq!(add("s", "p", opts), Err(want), "{opts:?}");
         }
@@ -725,7 +782,15 @@ mod tests {
         assert_eq!(add("s", "s", ""), Err(SameKey));
         assert_eq!(add("s", "s", "DELAY x"), Err(Delay));
         assert_eq!(add("s", "S", ""), ok(0, false));
-        for e in [Delay, GroupUnsupported] {
+        let long = "g".repeat(1025);
+        assert_eq!(add("s", "p", &format!("GROUP {long}")), Err(GroupName));
+        assert_eq!(
+            add("s", "p", &format!("GROUP {}", &long[1..])),
+            grouped(0, false, 1)
+        );
+        let empty: [&[u8]; 2] = [b"GROUP", b""];
+        assert_eq!(parse_add_request(b"s", b"p", &empty), Err(GroupName));
+        for e in [Delay, GroupName, GroupNeedsTag] {
             assert!(e.to_string().starts_with("ERR "), "{e}");
         }
         assert_eq!(
@@ -862,10 +927,14 @@ mod properties {
             match parse_add_request(b"s", b"p", &bytes) {
                 Err(e) => prop_assert!(e.to_string().starts_with("ERR "), "{}", e),
                 Ok(request) => {
-                    // every word consumed: NX alone, DELAY with its value
-                    let delay_words = bytes.iter().filter(|w| w.eq_ignore_ascii_case(b"DELAY")).count();
-                    prop_assert_eq!(bytes.len(), usize::from(request.only_new) + 2 * delay_words, "{:?}", words);
-                    prop_assert!(delay_words <= 1 && bytes.len() <= MAX_ADD_OPTION_WORDS);
+                    // every word consumed: NX alone, DELAY and GROUP with their values
+                    let rest = bytes.len() - usize::from(request.only_new) - 2 * usize::from(request.group.is_some());
+                    prop_assert!(rest == 0 || rest == 2, "{:?}", words);
+                    prop_assert!(bytes.len() <= MAX_ADD_OPTION_WORDS);
+                    if let Some(at) = request.group {
+                        prop_assert!(bytes[at - 1].eq_ignore_ascii_case(b"GROUP"));
+                        prop_assert!(!bytes[at].is_empty());
+                    }
                     prop_assert!(request.delay_ms <= MAX_MS);
                 }
             }
@@ -958,6 +1027,7 @@ mod properties {
                 prop_oneof![
                     Just("NX".to_string()), Just("xx".to_string()), Just("GT".to_string()),
                     Just("lt".to_string()), Just("MAXATTEMPTS".to_string()), Just("dead".to_string()),
+                    Just("GROUP".to_string()),
                     "[0-9]{1,3}", "-?[0-9.]{0,21}", "[a-z]{0,4}", Just(String::new()),
                 ],
                 0..8,
@@ -970,7 +1040,8 @@ mod properties {
                     // every word consumed: one per flag, two per MAXATTEMPTS or DEAD
                     let flags = usize::from(parsed.presence != Presence::Any)
                         + usize::from(parsed.compare != Compare::Always);
-                    let pairs = if parsed.dead_letter.is_some() { 4 } else { 0 };
+                    let pairs = if parsed.dead_letter.is_some() { 4 } else { 0 }
+                        + if parsed.group.is_some() { 2 } else { 0 };
                     prop_assert_eq!(bytes.len(), flags + pairs, "{:?}", words);
                     prop_assert!(!(parsed.presence == Presence::New && parsed.compare != Compare::Always));
                     if let Some(d) = parsed.dead_letter {

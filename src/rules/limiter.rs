@@ -514,7 +514,7 @@ impl Saved {
 }
 
 /// A decimal number written the one way `to_string` writes it.
-fn canonical<T: std::str::FromStr + ToString>(word: &str) -> Option<T> {
+pub fn canonical<T: std::str::FromStr + ToString>(word: &str) -> Option<T> {
     let value: T = word.parse().ok()?;
     (value.to_string() == word).then_some(value)
 }

@@ -8,9 +8,6 @@
 pub mod buckets;
 pub mod configs;
 pub mod errors;
-// Unused until the grouped release (issue 27) wires it to the server's keys,
-// which is the next step; its tests use all of it meanwhile.
-#[cfg_attr(not(test), allow(dead_code))]
 pub mod fairness;
 pub mod grammar;
 pub mod limiter;

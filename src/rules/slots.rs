@@ -43,7 +43,7 @@ pub fn derived_key(key: &[u8], suffix: &[u8]) -> Vec<u8> {
     name
 }
 
-fn has_tag(key: &[u8]) -> bool {
+pub fn has_tag(key: &[u8]) -> bool {
     key.iter().position(|&b| b == b'{').is_some_and(|open| {
         key[open + 1..]
             .iter()

@@ -233,6 +233,62 @@ impl<'a> Key<'a> {
         members
     }
 
+    /// The first member with a score `<= max_score` (lowest score first,
+    /// ties in the set's own order) and its score, copied out.
+    pub fn zset_first(&self, max_score: f64) -> Option<(Vec<u8>, f64)> {
+        if self.kind() != Kind::SortedSet {
+            return None;
+        }
+        // SAFETY: a live handle of a sorted set; the range is stopped before
+        // returning and the element copied, then freed.
+        unsafe {
+            let status = api!(RedisModule_ZsetFirstInScoreRange)(
+                self.ptr,
+                f64::NEG_INFINITY,
+                max_score,
+                0,
+                0,
+            );
+            if status != raw::REDISMODULE_OK as c_int {
+                return None;
+            }
+            let mut score = 0.0f64;
+            let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
+            let first = take_string(self.ctx.ctx, member).map(|bytes| (bytes, score));
+            api!(RedisModule_ZsetRangeStop)(self.ptr);
+            first
+        }
+    }
+
+    /// The first member after `after` in lexicographic order (the first of
+    /// all for `None`), as `ZRANGEBYLEX key (<after> + LIMIT 0 1` finds it
+    /// in a set whose scores are all equal.
+    pub fn zset_lex_after(&self, after: Option<&[u8]>) -> Option<Vec<u8>> {
+        if self.kind() != Kind::SortedSet {
+            return None;
+        }
+        let min = match after {
+            Some(after) => [b"(".as_slice(), after].concat(),
+            None => b"-".to_vec(),
+        };
+        let min = OwnedName::new(self.ctx, &min);
+        let max = OwnedName::new(self.ctx, b"+");
+        // SAFETY: a live handle of a sorted set and two live strings, which
+        // the server parses into its own copies; the range is stopped before
+        // returning and the element copied, then freed.
+        unsafe {
+            let status = api!(RedisModule_ZsetFirstInLexRange)(self.ptr, min.ptr, max.ptr);
+            if status != raw::REDISMODULE_OK as c_int {
+                return None;
+            }
+            let mut score = 0.0f64;
+            let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
+            let first = take_string(self.ctx.ctx, member);
+            api!(RedisModule_ZsetRangeStop)(self.ptr);
+            first
+        }
+    }
+
     /// `ZADD key [cond] score_ms member`: adds `member`, or replaces its
     /// score, as ZADD with the condition does; when that changed the set,
     /// signals, sends `zadd` and replicates `ZADD key score_ms member`. The
@@ -504,6 +560,34 @@ impl<'a> Key<'a> {
         self.set_expiring(value.to_string().as_bytes(), at_ms);
     }
 
+    /// `SET key <text>`: the key becomes a string holding `text` with no
+    /// expiry, with the signal, the `set` event and the replication of that
+    /// very command. The caller has checked that the key is missing or a
+    /// string.
+    pub fn set_text(&self, text: &[u8]) {
+        // SAFETY: as in set_expiring: the string is copied by StringSet
+        // (which also drops an expiry: it deletes the key first) and freed.
+        unsafe {
+            let s = api!(RedisModule_CreateString)(self.ctx.ctx, text.as_ptr().cast(), text.len());
+            api!(RedisModule_StringSet)(self.ptr, s);
+            api!(RedisModule_FreeString)(self.ctx.ctx, s);
+        }
+        self.signal();
+        self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set");
+        // SAFETY: "sb": a string and a buffer as pointer and length, live
+        // for the call, which copies them.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                self.ctx.ctx,
+                c"SET".as_ptr(),
+                c"sb".as_ptr(),
+                self.name.0,
+                text.as_ptr(),
+                text.len(),
+            )
+        };
+    }
+
     /// `SET key <text> PXAT <at_ms>`: the key becomes a string holding
     /// `text` that expires at `at_ms` (server time), with the signal, the
     /// `set` and `expire` events and the replication of that very command.
@@ -701,6 +785,40 @@ impl Members {
         if len == 0 {
             self.earliest_score = None;
         }
+    }
+}
+
+/// Copies out and frees a string the server handed over (`None` for null).
+///
+/// # Safety
+/// `string` is null or a live string owned by the caller, made with `ctx`.
+unsafe fn take_string(ctx: *mut RedisModuleCtx, string: *mut RedisModuleString) -> Option<Vec<u8>> {
+    if string.is_null() {
+        return None;
+    }
+    let mut len = 0usize;
+    // SAFETY: a live string (the caller's promise); freed once, after the copy.
+    unsafe {
+        let bytes = api!(RedisModule_StringPtrLen)(string, &mut len);
+        let copy = (!bytes.is_null())
+            .then(|| std::slice::from_raw_parts(bytes.cast::<u8>(), len).to_vec());
+        api!(RedisModule_FreeString)(ctx, string);
+        copy
+    }
+}
+
+impl Members {
+    /// Members the module names itself (released from groups), in order.
+    pub fn from_bytes<'b>(ctx: &Context, members: impl Iterator<Item = &'b [u8]>) -> Members {
+        let mut made = Members::new(ctx.ctx);
+        for bytes in members {
+            // SAFETY: CreateString copies the bytes; Drop frees the string.
+            let string = unsafe {
+                api!(RedisModule_CreateString)(ctx.ctx, bytes.as_ptr().cast(), bytes.len())
+            };
+            made.ptrs.push(string);
+        }
+        made
     }
 }
 

@@ -17,6 +17,7 @@ macro_rules! for_each_api {
             RedisModule_ZsetRem,
             RedisModule_ZsetScore,
             RedisModule_ZsetFirstInScoreRange,
+            RedisModule_ZsetFirstInLexRange,
             RedisModule_ZsetRangeCurrentElement,
             RedisModule_ZsetRangeNext,
             RedisModule_ZsetRangeEndReached,

@@ -1,0 +1,504 @@
+//! Grouped schedules in the keyspace: the `echomq.group-limits` config, the
+//! writes of `GROUP group` (ECHO.ADD, ECHO.SCHEDULE, ECHO.RETRY), and the
+//! store over keys on which the fair release (`rules::fairness`) runs inside
+//! the one move of due jobs (`mover::move_due`).
+//!
+//! The keys of a grouped schedule `S` (which must carry a hash tag, so that
+//! every one shares its slot), `<g>` a group's name:
+//!
+//! - `S:echomq-g:<g>`: the group's members, a sorted set scored by fire time
+//!   (the ungrouped members stay in `S` itself: the group with no name);
+//! - `S:echomq-gidx`: the time index, a sorted set of the groups that have
+//!   members and wait, scored by the first ms they may release;
+//! - `S:echomq-gring`: the ring, a sorted set of the groups with a due
+//!   member, all scored 0, walked in name order;
+//! - `S:echomq-gcur`: the rotation's cursor, the last group a release
+//!   visited (a string);
+//! - `S:echomq-gtat:<g>`: a limited group's theoretical arrival time, a
+//!   string expiring when it no longer matters.
+//!
+//! Every one is an ordinary key written with the release it belongs to and
+//! replicated as the concrete `ZADD`, `ZREM`, `SET` and `DEL`, so a replica,
+//! the AOF, a failover and a slot migration keep the rotation and the
+//! limits; an emptied group leaves no key (its TAT expires by itself).
+//!
+//! The ungrouped members are never in the index: the store reads `S`'s
+//! earliest member instead, so a write without `GROUP` costs what it did.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use redis_module::{Context, RedisError};
+
+use crate::rules::configs;
+use crate::rules::errors::ArgError;
+use crate::rules::fairness::{self, Group, GroupLimit, GroupStore, Pop, Release, Tat};
+use crate::rules::limiter::{Gcra, LimitKind};
+use crate::rules::slots;
+use crate::server::config::{self, ApplyConfigs, StringConfig};
+use crate::server::keys::{Arg, Key, Kind, OwnedName, ZaddIf};
+
+const MEMBERS_INFIX: &[u8] = b":echomq-g:";
+const INDEX_SUFFIX: &[u8] = b":echomq-gidx";
+const RING_SUFFIX: &[u8] = b":echomq-gring";
+const CURSOR_SUFFIX: &[u8] = b":echomq-gcur";
+const TAT_INFIX: &[u8] = b":echomq-gtat:";
+
+/// The ring's one score.
+const RING_SCORE: i64 = 0;
+
+struct State {
+    /// `echomq.group-limits` exactly as set.
+    text: Vec<u8>,
+    limits: BTreeMap<Vec<u8>, GroupLimit>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    text: Vec::new(),
+    limits: BTreeMap::new(),
+});
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Drops the config's table (at load and unload, as `release::reset`).
+pub fn reset() {
+    let mut state = state();
+    state.text = Vec::new();
+    state.limits = BTreeMap::new();
+}
+
+/// Registers `echomq.group-limits` (loaded with the others at load).
+pub fn register(ctx: &Context) -> Result<(), String> {
+    reset();
+    config::register_string::<GroupLimits, Nothing>(ctx, c"group-limits", c"")
+}
+
+/// `echomq.group-limits`: `schedule rate burst` triples, the grammar of
+/// `echomq.release-limits` with fixed rates only.
+struct GroupLimits;
+
+impl StringConfig for GroupLimits {
+    fn get() -> Vec<u8> {
+        state().text.clone()
+    }
+
+    fn set(value: &[u8]) -> Result<(), String> {
+        let specs = configs::parse_release_limits(value).map_err(|why| why.to_string())?;
+        let mut limits = BTreeMap::new();
+        for spec in specs {
+            if spec.rate.kind != LimitKind::Fixed {
+                return Err(format!(
+                    "group limits take fixed rates only (schedule '{}')",
+                    String::from_utf8_lossy(&spec.schedule).escape_debug()
+                ));
+            }
+            let limit = GroupLimit {
+                rate: spec.rate,
+                burst: spec.burst,
+            };
+            limits.insert(spec.schedule, limit);
+        }
+        let mut state = state();
+        state.text = value.to_vec();
+        state.limits = limits;
+        Ok(())
+    }
+}
+
+struct Nothing;
+
+impl ApplyConfigs for Nothing {
+    fn apply(_ctx: &Context) {}
+}
+
+/// Whether `schedule` is listed in `echomq.group-limits`: then even a run
+/// due now passes its release (ECHO.ADD's fast path is closed).
+pub fn limited(schedule: &[u8]) -> bool {
+    default_limit(schedule).is_some()
+}
+
+/// The limit every group of `schedule` gets (`None`: not listed).
+fn default_limit(schedule: &[u8]) -> Option<GroupLimit> {
+    state().limits.get(schedule).copied()
+}
+
+fn derived(schedule: &[u8], suffix: &[u8], group: &[u8]) -> Vec<u8> {
+    slots::derived_key(schedule, &[suffix, group].concat())
+}
+
+/// The names of one group's keys, made before the keys are opened (a key
+/// borrows its name).
+pub struct GroupNames {
+    group: OwnedName,
+    members: OwnedName,
+    index: OwnedName,
+    ring: OwnedName,
+}
+
+impl GroupNames {
+    /// `GROUP group` of `schedule`: refused when the schedule has no hash tag.
+    pub fn new(ctx: &Context, schedule: &[u8], group: &[u8]) -> Result<GroupNames, ArgError> {
+        if !slots::has_tag(schedule) {
+            return Err(ArgError::GroupNeedsTag);
+        }
+        Ok(GroupNames {
+            group: OwnedName::new(ctx, group),
+            members: OwnedName::new(ctx, &derived(schedule, MEMBERS_INFIX, group)),
+            index: OwnedName::new(ctx, &derived(schedule, INDEX_SUFFIX, b"")),
+            ring: OwnedName::new(ctx, &derived(schedule, RING_SUFFIX, b"")),
+        })
+    }
+
+    /// Opens the group's keys for writing; `WRONGTYPE` (before anything is
+    /// written) when one is not a sorted set.
+    pub fn open<'a>(&'a self, ctx: &'a Context) -> Result<GroupKeys<'a>, RedisError> {
+        let keys = GroupKeys {
+            group: self.group.arg(),
+            members: Key::open_write(ctx, self.members.arg()),
+            index: Key::open_write(ctx, self.index.arg()),
+            ring: Key::open_write(ctx, self.ring.arg()),
+        };
+        keys.members.require(Kind::SortedSet)?;
+        keys.index.require(Kind::SortedSet)?;
+        keys.ring.require(Kind::SortedSet)?;
+        Ok(keys)
+    }
+}
+
+/// The names of the group a write's `GROUP group` names (`at`: the group's
+/// position among the command's `options`), if it names one.
+pub fn names_for(
+    ctx: &Context,
+    schedule: &Arg,
+    options: &[Arg],
+    at: Option<usize>,
+) -> Result<Option<GroupNames>, RedisError> {
+    let Some(at) = at else {
+        return Ok(None);
+    };
+    let group = options.get(at).ok_or(ArgError::Syntax)?;
+    Ok(Some(GroupNames::new(
+        ctx,
+        schedule.as_slice(),
+        group.as_slice(),
+    )?))
+}
+
+/// One group's open keys: its members (written as the schedule is written
+/// without `GROUP`), and the index and ring it must be found in.
+pub struct GroupKeys<'a> {
+    group: &'a Arg,
+    pub members: Key<'a>,
+    index: Key<'a>,
+    ring: Key<'a>,
+}
+
+impl GroupKeys<'_> {
+    /// After a write to the group's members: an emptied group leaves the
+    /// index and the ring; any other is in the index at its earliest fire
+    /// time (`ZADD ... LT`, so a limited group's later score is pulled only
+    /// earlier, which costs one visit that puts it back), unless the ring
+    /// already has it.
+    pub fn reindex(&self) -> Result<(), RedisError> {
+        match self.members.zset_first(f64::INFINITY) {
+            None => {
+                self.index.zrem(self.group);
+                self.ring.zrem(self.group);
+            }
+            Some((_, fire_at_ms)) => {
+                if self.ring.zscore(self.group).is_none() {
+                    self.index
+                        .zadd(score_ms(fire_at_ms), self.group, ZaddIf::Less)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A sorted-set score as whole ms (rounded down, clamped): scores written by
+/// echomq are integers; one written by hand may not be.
+fn score_ms(score: f64) -> i64 {
+    // `as` saturates; a sorted set never holds NaN.
+    score.floor() as i64
+}
+
+/// Whether `schedule`'s releases are grouped: it has a hash tag and groups
+/// with members (a ring or an index), or its groups are limited. `WRONGTYPE`
+/// when the ring or the index is not a sorted set.
+pub fn grouped(ctx: &Context, schedule: &[u8]) -> Result<bool, RedisError> {
+    if !slots::has_tag(schedule) {
+        return Ok(false);
+    }
+    let limited = default_limit(schedule).is_some();
+    for suffix in [RING_SUFFIX, INDEX_SUFFIX] {
+        let name = OwnedName::new(ctx, &derived(schedule, suffix, b""));
+        let kind = Key::open_read(ctx, name.arg()).kind();
+        match kind {
+            Kind::Missing => {}
+            Kind::SortedSet => return Ok(true),
+            _ => return Err(RedisError::WrongType),
+        }
+    }
+    Ok(limited)
+}
+
+/// What a grouped release did, for the mover.
+pub struct Outcome {
+    pub release: Release,
+}
+
+/// One fair release of at most `want` members of the grouped `schedule`
+/// (whose key `ungrouped` is open), in at most `max_steps` admissions and
+/// visits: the members are out of their groups when this returns, in the
+/// order to push them; the cursor and the TATs are written. `WRONGTYPE`
+/// before anything is written when the cursor is not a string.
+pub fn release(
+    ctx: &Context,
+    schedule: &[u8],
+    ungrouped: &Key,
+    now_ms: i64,
+    want: u64,
+    max_steps: usize,
+) -> Result<Outcome, RedisError> {
+    let names = StoreNames::new(ctx, schedule);
+    let cursor_key = Key::open_write(ctx, names.cursor.arg());
+    cursor_key.require(Kind::String)?;
+    let mut store = KeyStore::open(ctx, schedule, &names, ungrouped)?;
+    let cursor = cursor_key.string_bytes().and_then(Group::from_stored);
+    let release = fairness::release(&mut store, now_ms, want, cursor.as_ref(), max_steps);
+    if release.visits > 0 {
+        match &release.cursor {
+            Some(group) => cursor_key.set_text(group.as_bytes()),
+            None => {
+                cursor_key.delete();
+            }
+        }
+    }
+    for update in &release.tats {
+        let name = OwnedName::new(ctx, &derived(schedule, TAT_INFIX, update.group.as_bytes()));
+        let key = Key::open_write(ctx, name.arg());
+        // A TAT key of another type is left alone: the group then goes
+        // unlimited for as long, which only its owner could have caused.
+        if matches!(key.kind(), Kind::Missing | Kind::String) && update.until_ms > now_ms {
+            key.set_expiring(update.tat.encode().as_bytes(), update.until_ms);
+        }
+    }
+    Ok(Outcome { release })
+}
+
+/// Puts members a stream refused back in their groups (its IDs ran out):
+/// what moved stays moved, the rest stays scheduled.
+pub fn put_back(
+    ctx: &Context,
+    schedule: &[u8],
+    ungrouped: &Key,
+    refused: &[fairness::Released],
+) -> Result<(), RedisError> {
+    for member in refused {
+        let name = OwnedName::new(ctx, &member.member);
+        if member.group.is_ungrouped() {
+            ungrouped.zadd(member.fire_at_ms, name.arg(), ZaddIf::Always)?;
+            continue;
+        }
+        let names = GroupNames::new(ctx, schedule, member.group.as_bytes())?;
+        let keys = names.open(ctx)?;
+        keys.members
+            .zadd(member.fire_at_ms, name.arg(), ZaddIf::Always)?;
+        keys.reindex()?;
+    }
+    Ok(())
+}
+
+/// The names of a grouped schedule's shared keys.
+struct StoreNames {
+    index: OwnedName,
+    ring: OwnedName,
+    cursor: OwnedName,
+    ungrouped: OwnedName,
+}
+
+impl StoreNames {
+    fn new(ctx: &Context, schedule: &[u8]) -> StoreNames {
+        StoreNames {
+            index: OwnedName::new(ctx, &derived(schedule, INDEX_SUFFIX, b"")),
+            ring: OwnedName::new(ctx, &derived(schedule, RING_SUFFIX, b"")),
+            cursor: OwnedName::new(ctx, &derived(schedule, CURSOR_SUFFIX, b"")),
+            ungrouped: OwnedName::new(ctx, b""),
+        }
+    }
+}
+
+/// The fair release's store over the keys of one grouped schedule.
+struct KeyStore<'a> {
+    ctx: &'a Context,
+    schedule: &'a [u8],
+    ungrouped: &'a Key<'a>,
+    ungrouped_name: &'a Arg,
+    index: Key<'a>,
+    ring: Key<'a>,
+    limit: Option<GroupLimit>,
+    /// The ungrouped members are in no index: their group may be admitted
+    /// once `S`'s earliest member is due and not before this (its limit's
+    /// room, or a wait set in this release).
+    ungrouped_not_before_ms: i64,
+}
+
+impl<'a> KeyStore<'a> {
+    fn open(
+        ctx: &'a Context,
+        schedule: &'a [u8],
+        names: &'a StoreNames,
+        ungrouped: &'a Key<'a>,
+    ) -> Result<KeyStore<'a>, RedisError> {
+        let index = Key::open_write(ctx, names.index.arg());
+        let ring = Key::open_write(ctx, names.ring.arg());
+        index.require(Kind::SortedSet)?;
+        ring.require(Kind::SortedSet)?;
+        let mut store = KeyStore {
+            ctx,
+            schedule,
+            ungrouped,
+            ungrouped_name: names.ungrouped.arg(),
+            index,
+            ring,
+            limit: default_limit(schedule),
+            ungrouped_not_before_ms: i64::MIN,
+        };
+        if let Some(limit) = store.limit {
+            let gcra = Gcra::fixed(limit.rate, limit.burst);
+            let room_at_ms = store
+                .tat(&Group::ungrouped())
+                .filter(|tat| tat.under == limit)
+                .map_or(i64::MIN, |tat| gcra.room_at_ms(tat.ticks));
+            store.ungrouped_not_before_ms = room_at_ms;
+        }
+        Ok(store)
+    }
+
+    /// When the ungrouped group may enter the ring, if it is not there.
+    fn ungrouped_ready_ms(&self) -> Option<i64> {
+        if self.ring.zscore(self.ungrouped_name).is_some() {
+            return None;
+        }
+        let (_, first) = self.ungrouped.zset_first(f64::INFINITY)?;
+        Some(score_ms(first).max(self.ungrouped_not_before_ms))
+    }
+}
+
+impl GroupStore for KeyStore<'_> {
+    fn admit_due(&mut self, now_ms: i64) -> Option<Group> {
+        let indexed = self
+            .index
+            .zset_first(now_ms as f64)
+            .map(|(name, score)| (score_ms(score), name));
+        let ungrouped = self.ungrouped_ready_ms().filter(|&at| at <= now_ms);
+        // The earlier first; the ungrouped group, sorting first, on a tie.
+        let take_ungrouped = match (&indexed, ungrouped) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some((at, _)), Some(ready)) => ready <= *at,
+        };
+        if take_ungrouped {
+            self.ring
+                .zadd(RING_SCORE, self.ungrouped_name, ZaddIf::Always)
+                .ok()?;
+            return Some(Group::ungrouped());
+        }
+        let (_, name) = indexed?;
+        let group = Group::from_stored(name)?;
+        let member = OwnedName::new(self.ctx, group.as_bytes());
+        self.index.zrem(member.arg());
+        self.ring
+            .zadd(RING_SCORE, member.arg(), ZaddIf::Always)
+            .ok()?;
+        Some(group)
+    }
+
+    fn index_earliest_ms(&mut self) -> Option<i64> {
+        let indexed = self
+            .index
+            .zset_first(f64::INFINITY)
+            .map(|(_, score)| score_ms(score));
+        match (indexed, self.ungrouped_ready_ms()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn ring_after(&mut self, after: Option<&Group>) -> Option<Group> {
+        let name = self.ring.zset_lex_after(after.map(Group::as_bytes))?;
+        Group::from_stored(name)
+    }
+
+    fn pop_due(&mut self, group: &Group, now_ms: i64) -> Pop {
+        let name = OwnedName::new(
+            self.ctx,
+            &derived(self.schedule, MEMBERS_INFIX, group.as_bytes()),
+        );
+        let named;
+        let members: &Key = if group.is_ungrouped() {
+            self.ungrouped
+        } else {
+            named = Key::open_write(self.ctx, name.arg());
+            if named.kind() != Kind::SortedSet {
+                return Pop::Empty;
+            }
+            &named
+        };
+        let Some((member, score)) = members.zset_first(f64::INFINITY) else {
+            return Pop::Empty;
+        };
+        let fire_at_ms = score_ms(score);
+        if fire_at_ms > now_ms {
+            return Pop::NotDue { fire_at_ms };
+        }
+        let member_name = OwnedName::new(self.ctx, &member);
+        members.zrem(member_name.arg());
+        let next_fire_at_ms = members
+            .zset_first(f64::INFINITY)
+            .map(|(_, score)| score_ms(score));
+        Pop::Due {
+            member,
+            fire_at_ms,
+            next_fire_at_ms,
+        }
+    }
+
+    fn leave_ring(&mut self, group: &Group, at_ms: Option<i64>) {
+        if group.is_ungrouped() {
+            self.ring.zrem(self.ungrouped_name);
+            if let Some(at_ms) = at_ms {
+                self.ungrouped_not_before_ms = self.ungrouped_not_before_ms.max(at_ms);
+            }
+            return;
+        }
+        let member = OwnedName::new(self.ctx, group.as_bytes());
+        self.ring.zrem(member.arg());
+        match at_ms {
+            Some(at_ms) => {
+                // The index is a sorted set (checked at open): ZADD cannot
+                // fail on it.
+                let _ = self.index.zadd(at_ms, member.arg(), ZaddIf::Always);
+            }
+            None => {
+                self.index.zrem(member.arg());
+            }
+        }
+    }
+
+    fn limit(&mut self, _group: &Group) -> Option<GroupLimit> {
+        self.limit
+    }
+
+    fn tat(&mut self, group: &Group) -> Option<Tat> {
+        let name = OwnedName::new(
+            self.ctx,
+            &derived(self.schedule, TAT_INFIX, group.as_bytes()),
+        );
+        let key = Key::open_read(self.ctx, name.arg());
+        Tat::decode(&key.string_bytes()?)
+    }
+}
