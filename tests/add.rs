@@ -523,8 +523,12 @@ fn wrong_types_and_bad_input_write_nothing_whichever_way_the_job_would_go() {
             "ERR syntax error",
         ),
         (
-            &["{t}:schedule", "{t}:pending", "j", "GROUP", "tenant-1"],
-            "ERR GROUP is not supported yet",
+            &["schedule", "pending", "j", "GROUP", "tenant-1"],
+            "ERR a grouped schedule needs a {hash tag}",
+        ),
+        (
+            &["{t}:schedule", "{t}:pending", "j", "GROUP", ""],
+            "ERR group must be 1..=1024 bytes",
         ),
         (
             &[
@@ -534,10 +538,10 @@ fn wrong_types_and_bad_input_write_nothing_whichever_way_the_job_would_go() {
                 "NX",
                 "GROUP",
                 "g",
-                "DELAY",
+                "GROUP",
                 "5",
             ],
-            "ERR GROUP is not supported yet",
+            "ERR syntax error",
         ),
         (
             &[

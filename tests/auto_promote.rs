@@ -431,6 +431,7 @@ fn config_set_refuses_bad_values_and_keeps_the_old_one() {
         ("echomq.auto-promote", ""),
         ("echomq.auto-promote-interval-ms", "10"),
         ("echomq.auto-promote-limit", "1000"),
+        ("echomq.group-limits", ""),
         ("echomq.release-limits", ""),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()));
