@@ -421,3 +421,51 @@ fn group_limits_bound_every_group_and_the_queue_caps_the_sum() {
         assert_eq!(by_group.len(), 50);
     }
 }
+
+/// 10,000 groups with one due member each, drained by the timer: every
+/// member released once, and nothing left but pending (no group key, no
+/// index, ring or cursor); the memory the groups took is given back.
+#[test]
+fn ten_thousand_groups_drain_and_leave_no_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = q!(&mut con, "ECHO.HOLD", S, 60_000);
+    let used =
+        |con: &mut Connection| -> i64 { info_field(con, "memory", "used_memory").parse().unwrap() };
+    let before = used(&mut con);
+    let mut pipe = redis::pipe();
+    for g in 0..10_000 {
+        pipe.cmd("ECHO.ADD")
+            .arg(S)
+            .arg(P)
+            .arg(format!("job-{g:05}"))
+            .arg("GROUP")
+            .arg(format!("tenant-{g:05}"))
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).expect("adds");
+    let dbsize: i64 = q!(&mut con, "DBSIZE");
+    assert_eq!(dbsize, 10_002, "a key per group, the index and the hold");
+    let per_group = (used(&mut con) - before) / 10_000;
+    println!("about {per_group} bytes per group of one member");
+    let _: i64 = q!(&mut con, "ECHO.HOLD", S, 0);
+    let _: () = q!(
+        &mut con,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        format!("{S} {P}")
+    );
+    wait_until("drained", Duration::from_secs(30), || {
+        let len: i64 = q!(&mut con, "LLEN", P);
+        (len == 10_000)
+            .then_some(())
+            .ok_or(format!("{len} released"))
+    });
+    let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "");
+    assert_eq!(keys(&mut con), [P]);
+    let mut all = released(&mut con);
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 10_000, "each once");
+}
