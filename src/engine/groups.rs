@@ -9,7 +9,8 @@
 //! - `S:echomq-g:<g>`: the group's members, a sorted set scored by fire time
 //!   (the ungrouped members stay in `S` itself: the group with no name);
 //! - `S:echomq-gidx`: the time index, a sorted set of the groups that have
-//!   members and wait, scored by the first ms they may release;
+//!   members and wait, scored by the first ms they may release, and a
+//!   marker (`MARKER`) that keeps it while any group has members;
 //! - `S:echomq-gring`: the ring, a sorted set of the groups with a due
 //!   member, all scored 0, walked in name order;
 //! - `S:echomq-gcur`: the rotation's cursor, the last group a release
@@ -46,6 +47,13 @@ const TAT_INFIX: &[u8] = b":echomq-gtat:";
 
 /// The ring's one score.
 const RING_SCORE: i64 = 0;
+/// The index's marker: a member no group can be (the ungrouped members are
+/// never indexed) at a score never due. It keeps the index key in being
+/// while any group has members, in the index or in the ring, so that one
+/// key lookup tells a grouped schedule from any other (`grouped`): a
+/// release of an ungrouped schedule then costs one lookup more, not two.
+const MARKER: &[u8] = b"";
+const MARKER_SCORE: i64 = i64::MAX;
 
 struct State {
     /// `echomq.group-limits` exactly as set.
@@ -156,6 +164,7 @@ impl GroupNames {
     pub fn open<'a>(&'a self, ctx: &'a Context) -> Result<GroupKeys<'a>, RedisError> {
         let keys = GroupKeys {
             group: self.group.arg(),
+            marker: OwnedName::new(ctx, MARKER),
             members: Key::open_write(ctx, self.members.arg()),
             index: Key::open_write(ctx, self.index.arg()),
             ring: Key::open_write(ctx, self.ring.arg()),
@@ -190,9 +199,18 @@ pub fn names_for(
 /// without `GROUP`), and the index and ring it must be found in.
 pub struct GroupKeys<'a> {
     group: &'a Arg,
+    marker: OwnedName,
     pub members: Key<'a>,
     index: Key<'a>,
     ring: Key<'a>,
+}
+
+/// Deletes the index once it holds only its marker and the ring is gone:
+/// the schedule has no group left.
+fn forget_if_empty(index: &Key, ring: &Key, marker: &Arg) {
+    if ring.kind() == Kind::Missing && index.zcard() == 1 && index.zscore(marker).is_some() {
+        index.delete();
+    }
 }
 
 impl GroupKeys<'_> {
@@ -206,8 +224,11 @@ impl GroupKeys<'_> {
             None => {
                 self.index.zrem(self.group);
                 self.ring.zrem(self.group);
+                forget_if_empty(&self.index, &self.ring, self.marker.arg());
             }
             Some((_, fire_at_ms)) => {
+                self.index
+                    .zadd(MARKER_SCORE, self.marker.arg(), ZaddIf::New)?;
                 if self.ring.zscore(self.group).is_none() {
                     self.index
                         .zadd(score_ms(fire_at_ms), self.group, ZaddIf::Less)?;
@@ -226,23 +247,19 @@ fn score_ms(score: f64) -> i64 {
 }
 
 /// Whether `schedule`'s releases are grouped: it has a hash tag and groups
-/// with members (a ring or an index), or its groups are limited. `WRONGTYPE`
-/// when the ring or the index is not a sorted set.
+/// with members (its index exists: see `MARKER`), or its groups are
+/// limited. `WRONGTYPE` when the index is not a sorted set.
 pub fn grouped(ctx: &Context, schedule: &[u8]) -> Result<bool, RedisError> {
     if !slots::has_tag(schedule) {
         return Ok(false);
     }
-    let limited = default_limit(schedule).is_some();
-    for suffix in [RING_SUFFIX, INDEX_SUFFIX] {
-        let name = OwnedName::new(ctx, &derived(schedule, suffix, b""));
-        let kind = Key::open_read(ctx, name.arg()).kind();
-        match kind {
-            Kind::Missing => {}
-            Kind::SortedSet => return Ok(true),
-            _ => return Err(RedisError::WrongType),
-        }
+    let name = OwnedName::new(ctx, &derived(schedule, INDEX_SUFFIX, b""));
+    let kind = Key::open_read(ctx, name.arg()).kind();
+    match kind {
+        Kind::SortedSet => Ok(true),
+        Kind::Missing => Ok(default_limit(schedule).is_some()),
+        _ => Err(RedisError::WrongType),
     }
-    Ok(limited)
 }
 
 /// What a grouped release did, for the mover.
@@ -269,6 +286,7 @@ pub fn release(
     let mut store = KeyStore::open(ctx, schedule, &names, ungrouped)?;
     let cursor = cursor_key.string_bytes().and_then(Group::from_stored);
     let release = fairness::release(&mut store, now_ms, want, cursor.as_ref(), max_steps);
+    forget_if_empty(&store.index, &store.ring, names.marker.arg());
     if release.visits > 0 {
         match &release.cursor {
             Some(group) => cursor_key.set_text(group.as_bytes()),
@@ -318,6 +336,7 @@ struct StoreNames {
     ring: OwnedName,
     cursor: OwnedName,
     ungrouped: OwnedName,
+    marker: OwnedName,
 }
 
 impl StoreNames {
@@ -327,6 +346,7 @@ impl StoreNames {
             ring: OwnedName::new(ctx, &derived(schedule, RING_SUFFIX, b"")),
             cursor: OwnedName::new(ctx, &derived(schedule, CURSOR_SUFFIX, b"")),
             ungrouped: OwnedName::new(ctx, b""),
+            marker: OwnedName::new(ctx, MARKER),
         }
     }
 }

@@ -233,6 +233,16 @@ impl<'a> Key<'a> {
         members
     }
 
+    /// How many members a sorted set has (0 when the key is missing or of
+    /// another type).
+    pub fn zcard(&self) -> u64 {
+        if self.kind() != Kind::SortedSet {
+            return 0;
+        }
+        // SAFETY: a live handle of a sorted set.
+        unsafe { api!(RedisModule_ValueLength)(self.ptr) as u64 }
+    }
+
     /// The first member with a score `<= max_score` (lowest score first,
     /// ties in the set's own order) and its score, copied out.
     pub fn zset_first(&self, max_score: f64) -> Option<(Vec<u8>, f64)> {
