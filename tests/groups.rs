@@ -469,3 +469,87 @@ fn ten_thousand_groups_drain_and_leave_no_key() {
     all.dedup();
     assert_eq!(all.len(), 10_000, "each once");
 }
+
+/// Grouped, group-limited and queue-limited releases through the timer and
+/// a client at once: a module-less replica and the AOF replayed without the
+/// module hold what the primary holds (compared once the buckets' keys have
+/// expired, as a replayed AOF may load them expired).
+#[test]
+fn limited_groups_replicate_only_what_was_done() {
+    let dir = TempDir::new("groups-limited-aof");
+    let mut primary = Server::start_in(Options::aof_replay(), &dir.0);
+    let replica = start_replica(&primary, Options::without_module());
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    stream_queue(&mut p);
+    let _: () = q!(
+        &mut p,
+        "CONFIG",
+        "SET",
+        "echomq.group-limits",
+        format!("{S} 50/s 5")
+    );
+    let _: () = q!(
+        &mut p,
+        "CONFIG",
+        "SET",
+        "echomq.release-limits",
+        format!("{S} 400/s 20")
+    );
+    let mut pipe = redis::pipe();
+    for g in 0..20 {
+        for i in 0..30 {
+            pipe.cmd("ECHO.ADD")
+                .arg(S)
+                .arg(P)
+                .arg(format!("g{g:02}-{i:02}"))
+                .arg("GROUP")
+                .arg(format!("g{g:02}"))
+                .ignore();
+        }
+    }
+    for i in 0..30 {
+        pipe.cmd("ECHO.ADD")
+            .arg(S)
+            .arg(P)
+            .arg(format!("u-{i:02}"))
+            .ignore();
+    }
+    let _: () = pipe.query(&mut p).expect("adds");
+    let _: () = q!(
+        &mut p,
+        "CONFIG",
+        "SET",
+        "echomq.auto-promote",
+        format!("{S} {P}")
+    );
+    for _ in 0..50 {
+        let _: i64 = q!(&mut p, "ECHO.PROMOTE", S, P, "LIMIT", 3);
+        sleep(Duration::from_millis(10));
+    }
+    let _: () = q!(&mut p, "CONFIG", "SET", "echomq.auto-promote", "");
+    let released: usize = q!(&mut p, "XLEN", P);
+    assert!(
+        released > 100 && released < 630,
+        "limited, not drained: {released}"
+    );
+    wait_until("the buckets' keys expired", Duration::from_secs(10), || {
+        let left: Vec<String> = q!(&mut p, "KEYS", "*echomq-gtat*");
+        let state: i64 = q!(&mut p, "EXISTS", format!("{S}:echomq-limit"));
+        (left.is_empty() && state == 0)
+            .then_some(())
+            .ok_or(format!("{left:?} {state}"))
+    });
+    wait_replica_synced(&mut p, &mut r);
+    let want = digest(&mut p);
+    assert_eq!(digest(&mut r), want, "the module-less replica");
+    primary.shutdown();
+    let mut bare = Options::aof_replay();
+    bare.load_module = false;
+    let again = Server::start_in(bare, &dir.0);
+    assert_eq!(
+        digest(&mut again.conn()),
+        want,
+        "the AOF replayed without the module"
+    );
+}
