@@ -27,6 +27,28 @@ fn add(con: &mut Connection, job: &str, group: Option<&str>) -> i64 {
         .unwrap_or_else(|e| panic!("ECHO.ADD {job}: {e}"))
 }
 
+fn config_set(con: &mut Connection, name: &str, value: &str) {
+    let _: () = q!(con, "CONFIG", "SET", name, value);
+}
+
+/// `per_group` jobs `<g>-<i>` of each of `groups` groups `g00`.., by one
+/// pipeline of ECHO.ADD.
+fn add_to_groups(con: &mut Connection, groups: usize, per_group: usize) {
+    let mut pipe = redis::pipe();
+    for g in 0..groups {
+        for i in 0..per_group {
+            pipe.cmd("ECHO.ADD")
+                .arg(S)
+                .arg(P)
+                .arg(format!("g{g:02}-{i:03}"))
+                .arg("GROUP")
+                .arg(format!("g{g:02}"))
+                .ignore();
+        }
+    }
+    let _: () = pipe.query(con).expect("adds");
+}
+
 fn promote_n(con: &mut Connection, n: i64) -> i64 {
     q!(con, "ECHO.PROMOTE", S, P, "LIMIT", n)
 }
@@ -258,12 +280,10 @@ fn one_groups_backlog_does_not_delay_the_others() {
     let server = Server::start();
     let mut con = server.conn();
     stream_queue(&mut con);
-    let _: () = q!(
+    config_set(
         &mut con,
-        "CONFIG",
-        "SET",
         "echomq.release-limits",
-        format!("{S} 2000/s 100")
+        &format!("{S} 2000/s 100"),
     );
     let mut pipe = redis::pipe();
     for i in 0..20_000 {
@@ -276,13 +296,7 @@ fn one_groups_backlog_does_not_delay_the_others() {
             .ignore();
     }
     let _: () = pipe.query(&mut con).expect("A's adds");
-    let _: () = q!(
-        &mut con,
-        "CONFIG",
-        "SET",
-        "echomq.auto-promote",
-        format!("{S} {P}")
-    );
+    config_set(&mut con, "echomq.auto-promote", &format!("{S} {P}"));
     sleep(Duration::from_millis(500));
     let mut added_ms = BTreeMap::new();
     for g in 0..10 {
@@ -296,7 +310,7 @@ fn one_groups_backlog_does_not_delay_the_others() {
         let len: usize = q!(&mut con, "XLEN", P);
         (len >= 4000).then_some(()).ok_or(format!("{len} released"))
     });
-    let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "");
+    config_set(&mut con, "echomq.auto-promote", "");
     let entries = entries(&mut con, P);
     let mut seen = BTreeMap::new();
     let mut last_of_group: BTreeMap<String, String> = BTreeMap::new();
@@ -340,47 +354,21 @@ fn group_limits_bound_every_group_and_the_queue_caps_the_sum() {
         let server = Server::start();
         let mut con = server.conn();
         stream_queue(&mut con);
-        let _: () = q!(
+        config_set(&mut con, "echomq.group-limits", &format!("{S} 10/s 2"));
+        config_set(
             &mut con,
-            "CONFIG",
-            "SET",
-            "echomq.group-limits",
-            format!("{S} 10/s 2")
-        );
-        let _: () = q!(
-            &mut con,
-            "CONFIG",
-            "SET",
             "echomq.release-limits",
-            format!("{S} {cap}/s 20")
+            &format!("{S} {cap}/s 20"),
         );
-        let mut pipe = redis::pipe();
-        for g in 0..50 {
-            for i in 0..100 {
-                pipe.cmd("ECHO.ADD")
-                    .arg(S)
-                    .arg(P)
-                    .arg(format!("g{g:02}-{i:03}"))
-                    .arg("GROUP")
-                    .arg(format!("g{g:02}"))
-                    .ignore();
-            }
-        }
-        let _: () = pipe.query(&mut con).expect("adds");
-        let _: () = q!(
-            &mut con,
-            "CONFIG",
-            "SET",
-            "echomq.auto-promote",
-            format!("{S} {P}")
-        );
+        add_to_groups(&mut con, 50, 100);
+        config_set(&mut con, "echomq.auto-promote", &format!("{S} {P}"));
         let mut client = server.conn();
         let run = std::time::Instant::now() + Duration::from_secs(5);
         while std::time::Instant::now() < run {
             let _: i64 = q!(&mut client, "ECHO.PROMOTE", S, P, "LIMIT", 7);
             sleep(Duration::from_millis(3));
         }
-        let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "");
+        config_set(&mut con, "echomq.auto-promote", "");
         let entries = entries(&mut con, P);
         let mut by_group: BTreeMap<String, Vec<i64>> = BTreeMap::new();
         for (id, job) in &entries {
@@ -449,20 +437,14 @@ fn ten_thousand_groups_drain_and_leave_no_key() {
     let per_group = (used(&mut con) - before) / 10_000;
     println!("about {per_group} bytes per group of one member");
     let _: i64 = q!(&mut con, "ECHO.HOLD", S, 0);
-    let _: () = q!(
-        &mut con,
-        "CONFIG",
-        "SET",
-        "echomq.auto-promote",
-        format!("{S} {P}")
-    );
+    config_set(&mut con, "echomq.auto-promote", &format!("{S} {P}"));
     wait_until("drained", Duration::from_secs(30), || {
         let len: i64 = q!(&mut con, "LLEN", P);
         (len == 10_000)
             .then_some(())
             .ok_or(format!("{len} released"))
     });
-    let _: () = q!(&mut con, "CONFIG", "SET", "echomq.auto-promote", "");
+    config_set(&mut con, "echomq.auto-promote", "");
     assert_eq!(keys(&mut con), [P]);
     let mut all = released(&mut con);
     all.sort();
@@ -482,32 +464,10 @@ fn limited_groups_replicate_only_what_was_done() {
     let mut p = primary.conn();
     let mut r = replica.conn();
     stream_queue(&mut p);
-    let _: () = q!(
-        &mut p,
-        "CONFIG",
-        "SET",
-        "echomq.group-limits",
-        format!("{S} 50/s 5")
-    );
-    let _: () = q!(
-        &mut p,
-        "CONFIG",
-        "SET",
-        "echomq.release-limits",
-        format!("{S} 400/s 20")
-    );
+    config_set(&mut p, "echomq.group-limits", &format!("{S} 50/s 5"));
+    config_set(&mut p, "echomq.release-limits", &format!("{S} 400/s 20"));
+    add_to_groups(&mut p, 20, 30);
     let mut pipe = redis::pipe();
-    for g in 0..20 {
-        for i in 0..30 {
-            pipe.cmd("ECHO.ADD")
-                .arg(S)
-                .arg(P)
-                .arg(format!("g{g:02}-{i:02}"))
-                .arg("GROUP")
-                .arg(format!("g{g:02}"))
-                .ignore();
-        }
-    }
     for i in 0..30 {
         pipe.cmd("ECHO.ADD")
             .arg(S)
@@ -516,18 +476,12 @@ fn limited_groups_replicate_only_what_was_done() {
             .ignore();
     }
     let _: () = pipe.query(&mut p).expect("adds");
-    let _: () = q!(
-        &mut p,
-        "CONFIG",
-        "SET",
-        "echomq.auto-promote",
-        format!("{S} {P}")
-    );
+    config_set(&mut p, "echomq.auto-promote", &format!("{S} {P}"));
     for _ in 0..50 {
         let _: i64 = q!(&mut p, "ECHO.PROMOTE", S, P, "LIMIT", 3);
         sleep(Duration::from_millis(10));
     }
-    let _: () = q!(&mut p, "CONFIG", "SET", "echomq.auto-promote", "");
+    config_set(&mut p, "echomq.auto-promote", "");
     let released: usize = q!(&mut p, "XLEN", P);
     assert!(
         released > 100 && released < 630,

@@ -132,21 +132,34 @@ pub fn move_due(
         deadline,
     );
     if let Some(allowance) = allowance {
-        // The limit bound the move when it took all it allowed and wanted
-        // less than the caller: then any member still due is held.
-        moved.limited = moved.count == allowance.count
-            && allowance.count < limit
-            && moved.refused.is_none()
-            && !schedule_key.zset_due(now_ms as f64, 1).is_empty();
-        release::released(
-            ctx,
-            schedule.as_slice(),
-            &allowance,
-            moved.count,
-            moved.limited,
-        );
+        let still_due = !schedule_key.zset_due(now_ms as f64, 1).is_empty();
+        book(ctx, schedule, &allowance, &mut moved, limit, still_due);
     }
     Ok(moved)
+}
+
+/// Books a move with the release limit (or hold) it passed. The limit bound
+/// the move when it took all it allowed and wanted less than the caller:
+/// then any member still due is held.
+fn book(
+    ctx: &Context,
+    schedule: &Arg,
+    allowance: &Allowance,
+    moved: &mut Moved,
+    limit: u64,
+    still_due: bool,
+) {
+    moved.limited = moved.count == allowance.count
+        && allowance.count < limit
+        && moved.refused.is_none()
+        && still_due;
+    release::released(
+        ctx,
+        schedule.as_slice(),
+        allowance,
+        moved.count,
+        moved.limited,
+    );
 }
 
 /// The most admissions plus visits of groups a grouped move makes per member
@@ -217,17 +230,8 @@ fn move_grouped(
     moved.out_of_time = outcome.release.left.by_budget;
     stats::group_released(moved.count, outcome.release.limited.len() as u64);
     if let Some(allowance) = allowance {
-        moved.limited = outcome.release.left.by_want
-            && moved.count == allowance.count
-            && allowance.count < limit
-            && moved.refused.is_none();
-        release::released(
-            ctx,
-            schedule.as_slice(),
-            &allowance,
-            moved.count,
-            moved.limited,
-        );
+        let still_due = outcome.release.left.by_want;
+        book(ctx, schedule, &allowance, &mut moved, limit, still_due);
     }
     Ok(moved)
 }
