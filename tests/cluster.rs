@@ -1069,8 +1069,10 @@ fn take_over(cluster: &Cluster, replica: usize, slot: u16, force: bool) {
     });
 }
 
-/// A limit's state and a hold are keys in their schedule's slot, so they go
-/// where the slot goes. A fixed limit of 1/s with its burst of 20 spent (20 s
+/// A limit's state, a hold and a grouped schedule's rotation (cursor, ring,
+/// index, its groups' buckets) are keys in their schedule's slot, so they go
+/// where the slot goes: after each switch the first release takes from the
+/// group after the cursor. A fixed limit of 1/s with its burst of 20 spent (20 s
 /// to refill), an adaptive one whose failing windows lowered its rate, and
 /// a hold of 10 minutes, through a CLUSTER FAILOVER, a CLUSTER FAILOVER
 /// FORCE back and a migration of the slot to a third primary: each new
@@ -1088,6 +1090,13 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
         let mut con = cluster.conn(i);
         let _: () = q!(&mut con, "CONFIG", "SET", "echomq.release-limits", &limits);
         let _: () = q!(&mut con, "CONFIG", "SET", "echomq.adaptive-window-ms", 50);
+        let _: () = q!(
+            &mut con,
+            "CONFIG",
+            "SET",
+            "echomq.group-limits",
+            format!("{GROUPED} 1/m 3")
+        );
     }
     let a = cluster.owner(slot);
     let mut con = cluster.conn(a);
@@ -1104,6 +1113,23 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
     due(&mut con, fixed, 500);
     due(&mut con, adaptive, 5000);
     due(&mut con, held, 10);
+    // Three groups of ten, four released: the rotation stops after `a`.
+    for group in ["a", "b", "c"] {
+        for i in 0..10 {
+            let _: i64 = q!(
+                &mut con,
+                "ECHO.ADD",
+                GROUPED,
+                pending,
+                format!("{group}-{i}"),
+                "GROUP",
+                group
+            );
+        }
+    }
+    let moved: i64 = q!(&mut con, "ECHO.PROMOTE", GROUPED, pending, "LIMIT", 4);
+    assert_eq!(moved, 4);
+    assert_eq!(grouped_state(&mut con).cursor.as_deref(), Some("a"));
     assert_eq!(promote(&mut con, fixed, pending), 20, "the burst");
     let burst_spent = Instant::now();
     assert_eq!(promote(&mut con, adaptive, pending), 50);
@@ -1128,10 +1154,26 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
     let states: Vec<String> = q!(&mut con, "MGET", &state_keys);
     println!("on the first owner: {states:?}");
 
-    let check = |owner: usize, what: &str| {
+    let check = |owner: usize, what: &str, before: &GroupedState| {
         let mut con = cluster.conn(owner);
         let now: Vec<String> = q!(&mut con, "MGET", &state_keys);
         assert_eq!(now, states, "{what}: the state keys");
+        assert_eq!(&grouped_state(&mut con), before, "{what}: the groups' keys");
+        // The rotation goes on from the cursor that came along.
+        let next = before
+            .ring
+            .iter()
+            .find(|g| Some(g.as_str()) > before.cursor.as_deref())
+            .or(before.ring.first())
+            .cloned();
+        let moved: i64 = q!(&mut con, "ECHO.PROMOTE", GROUPED, pending, "LIMIT", 1);
+        assert_eq!(moved, 1, "{what}");
+        let first: String = q!(&mut con, "LINDEX", pending, 0);
+        assert_eq!(
+            first.split('-').next(),
+            next.as_deref(),
+            "{what}: {before:?}"
+        );
         // Within one window's change: the window a node counted before it
         // lost the slot is closed, and applied, when the slot comes back.
         let (was, is) = (
@@ -1153,10 +1195,13 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
         println!("{what}: {available} of the fixed limit available, {refilled} s after its burst");
     };
     let r = cluster.replica_of(a);
+    let before = grouped_state(&mut con);
     take_over(&cluster, r, slot, false);
-    check(r, "after CLUSTER FAILOVER");
+    check(r, "after CLUSTER FAILOVER", &before);
+    let before = grouped_state(&mut cluster.conn(r));
     take_over(&cluster, a, slot, true);
-    check(a, "after CLUSTER FAILOVER FORCE");
+    check(a, "after CLUSTER FAILOVER FORCE", &before);
+    let before = grouped_state(&mut con);
 
     let c = *cluster
         .primaries()
@@ -1187,5 +1232,42 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
             .then_some(())
             .ok_or("not yet".to_string())
     });
-    check(c, "after a slot migration");
+    check(c, "after a slot migration", &before);
+}
+
+/// The grouped schedule of `a_limits_state_and_a_hold_go_with_their_slot`.
+const GROUPED: &str = "{lst}:grouped";
+
+/// What a grouped schedule's release goes on from: its cursor, its ring, its
+/// index and its groups' buckets.
+#[derive(Debug, PartialEq)]
+struct GroupedState {
+    cursor: Option<String>,
+    ring: Vec<String>,
+    index: Vec<(String, String)>,
+    buckets: Vec<Option<String>>,
+}
+
+fn grouped_state(con: &mut Connection) -> GroupedState {
+    let cursor: Option<String> = q!(con, "GET", format!("{GROUPED}:echomq-gcur"));
+    let ring: Vec<String> = q!(con, "ZRANGE", format!("{GROUPED}:echomq-gring"), 0, -1);
+    let index: Vec<(String, String)> = q!(
+        con,
+        "ZRANGE",
+        format!("{GROUPED}:echomq-gidx"),
+        0,
+        -1,
+        "WITHSCORES"
+    );
+    let names: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|g| format!("{GROUPED}:echomq-gtat:{g}"))
+        .collect();
+    let buckets: Vec<Option<String>> = q!(con, "MGET", &names);
+    GroupedState {
+        cursor,
+        ring,
+        index,
+        buckets,
+    }
 }
