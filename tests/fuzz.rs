@@ -81,6 +81,8 @@ const WORDS: &[&[u8]] = &[
     b"LIMIT",
     b"DELAY",
     b"GROUP",
+    b"GROUP",
+    b"tenant-1",
     b"job-1",
     b"job-2",
 ];
@@ -113,7 +115,7 @@ fn word(rng: &mut Rng) -> Vec<u8> {
 /// the timer never moves anything between two digests.
 fn config_call(rng: &mut Rng) -> Vec<Vec<u8>> {
     let mut call = vec![b"CONFIG".to_vec(), b"SET".to_vec()];
-    match rng.below(6) {
+    match rng.below(7) {
         0 => {
             call.push(b"echomq.auto-promote".to_vec());
             let mut value = Vec::new();
@@ -150,6 +152,19 @@ fn config_call(rng: &mut Rng) -> Vec<Vec<u8>> {
         4 => {
             call.push(b"echomq.adaptive-window-ms".to_vec());
             call.push(number_or_junk(rng));
+        }
+        5 => {
+            // Group limits, as release limits: they change what a later
+            // promote moves, never what a refused call writes.
+            call.push(b"echomq.group-limits".to_vec());
+            let mut value = Vec::new();
+            for _ in 0..rng.below(4) {
+                for word in [word(rng), rate(rng), number_or_junk(rng)] {
+                    value.extend_from_slice(&word);
+                    value.push(b' ');
+                }
+            }
+            call.push(value);
         }
         _ => {
             call.push(b"echomq.adaptive-failure-percent".to_vec());

@@ -34,7 +34,7 @@ use redis_module::{Context, RedisError};
 use crate::rules::configs;
 use crate::rules::errors::ArgError;
 use crate::rules::fairness::{self, Group, GroupLimit, GroupStore, Pop, Release, Tat};
-use crate::rules::limiter::{Gcra, LimitKind};
+use crate::rules::limiter::Gcra;
 use crate::rules::slots;
 use crate::server::config::{self, ApplyConfigs, StringConfig};
 use crate::server::keys::{Arg, Key, Kind, OwnedName, ZaddIf};
@@ -93,15 +93,9 @@ impl StringConfig for GroupLimits {
     }
 
     fn set(value: &[u8]) -> Result<(), String> {
-        let specs = configs::parse_release_limits(value).map_err(|why| why.to_string())?;
+        let specs = configs::parse_group_limits(value).map_err(|why| why.to_string())?;
         let mut limits = BTreeMap::new();
         for spec in specs {
-            if spec.rate.kind != LimitKind::Fixed {
-                return Err(format!(
-                    "group limits take fixed rates only (schedule '{}')",
-                    String::from_utf8_lossy(&spec.schedule).escape_debug()
-                ));
-            }
             let limit = GroupLimit {
                 rate: spec.rate,
                 burst: spec.burst,

@@ -96,6 +96,16 @@ pub fn parse_release_limits(text: &[u8]) -> Result<Vec<LimitSpec>, LimitsError> 
     Ok(specs)
 }
 
+/// Reads `echomq.group-limits`: the grammar of `echomq.release-limits`,
+/// fixed rates only (an adaptive group limit would need a window per group).
+pub fn parse_group_limits(text: &[u8]) -> Result<Vec<LimitSpec>, LimitsError> {
+    let specs = parse_release_limits(text)?;
+    match specs.iter().find(|spec| spec.rate.kind != LimitKind::Fixed) {
+        Some(spec) => Err(LimitsError::AdaptiveGroups(quoted(&spec.schedule))),
+        None => Ok(specs),
+    }
+}
+
 /// The kind a test's `adaptive` flag names.
 #[cfg(test)]
 fn kind(adaptive: bool) -> LimitKind {
@@ -141,6 +151,19 @@ mod tests {
         let two = parse_release_limits(b"{a}:s 1/s 1\n{b}:s adaptive:5/m 2").unwrap();
         assert_eq!(two.len(), 2);
         assert_eq!(two[1].schedule, b"{b}:s");
+    }
+
+    #[test]
+    fn group_limits_take_fixed_rates_only() {
+        assert_eq!(parse_group_limits(b"{a}:s 10/s 2").map(|s| s.len()), Ok(1));
+        assert_eq!(
+            parse_group_limits(b"{a}:s 10/s 2 \xc4\x80 adaptive:5/m 2"),
+            Err(LimitsError::AdaptiveGroups("\\xc4\\x80".to_string()))
+        );
+        assert_eq!(
+            parse_group_limits(b"{a}:s 10/s"),
+            Err(LimitsError::WordCount(2))
+        );
     }
 
     #[test]

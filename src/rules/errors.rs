@@ -206,6 +206,8 @@ pub enum LimitsError {
     Rate(String),
     Burst(String),
     ScheduleTwice(String),
+    /// `echomq.group-limits` takes fixed rates only.
+    AdaptiveGroups(String),
 }
 
 impl fmt::Display for LimitsError {
@@ -223,6 +225,9 @@ impl fmt::Display for LimitsError {
                 write!(f, "burst '{word}' is not an integer in 1..={MAX_BURST}")
             }
             LimitsError::ScheduleTwice(word) => write!(f, "schedule '{word}' is named twice"),
+            LimitsError::AdaptiveGroups(word) => {
+                write!(f, "schedule '{word}': group limits take fixed rates only")
+            }
         }
     }
 }
