@@ -935,3 +935,45 @@ fn the_group_commands_check_types_before_writing() {
     let (_, entries) = groups_page(&mut con, S, "0", 10);
     assert_eq!(int(&entries[0], "limit-burst"), Some(2), "the config's");
 }
+
+/// RESP3: each group is a map, its fields in order, a double a double.
+#[test]
+fn groups_are_maps_in_resp3() {
+    let server = Server::start();
+    let mut con = server.conn();
+    set_group_limits(&mut con, "4/s 3");
+    add_in(&mut con, S, "j", 60_000, "A");
+    let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
+    let mut resp3 = client.get_connection().unwrap();
+    let reply: Value = q!(&mut resp3, "ECHO.GROUPS", S);
+    let Value::Array(parts) = reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(parts[0], Value::BulkString(b"0".to_vec()));
+    let Value::Array(groups) = &parts[1] else {
+        panic!("{parts:?}")
+    };
+    let Value::Map(fields) = &groups[0] else {
+        panic!("{groups:?}")
+    };
+    let names: Vec<String> = fields
+        .iter()
+        .map(|(k, _)| redis::from_redis_value(k.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "group",
+            "members",
+            "due",
+            "limit-rate",
+            "limit-burst",
+            "available",
+            "waiting-until-ms",
+            "held-until-ms"
+        ]
+    );
+    assert_eq!(fields[0].1, Value::BulkString(b"A".to_vec()));
+    assert_eq!(fields[3].1, Value::Double(4.0));
+    assert_eq!(fields[5].1, Value::Int(3));
+}
