@@ -519,6 +519,18 @@ fn set_group_limits(con: &mut Connection, rate_burst: &str) {
     config_set(con, "echomq.group-limits", &format!("{S} {rate_burst}"));
 }
 
+/// The fields of an ECHO.GROUPS entry, in order.
+const GROUP_FIELDS: [&str; 8] = [
+    "group",
+    "members",
+    "due",
+    "limit-rate",
+    "limit-burst",
+    "available",
+    "waiting-until-ms",
+    "held-until-ms",
+];
+
 /// One ECHO.GROUPS entry, RESP2's flat field/value array as a map.
 type Entry = BTreeMap<String, Value>;
 
@@ -569,19 +581,7 @@ fn groups_page(
                 .chunks(2)
                 .map(|kv| redis::from_redis_value(kv[0].clone()).expect("a field name"))
                 .collect();
-            assert_eq!(
-                fields,
-                [
-                    "group",
-                    "members",
-                    "due",
-                    "limit-rate",
-                    "limit-burst",
-                    "available",
-                    "waiting-until-ms",
-                    "held-until-ms"
-                ]
-            );
+            assert_eq!(fields, GROUP_FIELDS);
             flat.chunks(2)
                 .map(|kv| {
                     let name: String = redis::from_redis_value(kv[0].clone()).unwrap();
@@ -960,19 +960,7 @@ fn groups_are_maps_in_resp3() {
         .iter()
         .map(|(k, _)| redis::from_redis_value(k.clone()).unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "group",
-            "members",
-            "due",
-            "limit-rate",
-            "limit-burst",
-            "available",
-            "waiting-until-ms",
-            "held-until-ms"
-        ]
-    );
+    assert_eq!(names, GROUP_FIELDS);
     assert_eq!(fields[0].1, Value::BulkString(b"A".to_vec()));
     assert_eq!(fields[3].1, Value::Double(4.0));
     assert_eq!(fields[5].1, Value::Int(3));
