@@ -10,7 +10,7 @@ mod engine;
 mod rules;
 mod server;
 
-use commands::{add, delay, hold, limits, promote, queues, retry, schedule, spread};
+use commands::{add, delay, grouplimit, hold, limits, promote, queues, retry, schedule, spread};
 use engine::{eviction, groups, imports, release, stats, ticker};
 use redis_module::{redis_module, Context, RedisString, Status};
 use rules::versions;
@@ -129,4 +129,7 @@ const COMMANDS: &[Command] = &[
     hold::COMMAND,
     limits::COMMAND,
     add::COMMAND,
+    grouplimit::COMMAND,
+    // `commands::groups`: ECHO.GROUPS (the name `groups` is the engine's)
+    commands::groups::COMMAND,
 ];

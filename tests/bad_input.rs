@@ -17,6 +17,12 @@ fn seed(con: &mut Connection) {
         cmd!("HSET", "hash", "f", "v"),
         cmd!("SADD", "set", "x"),
         cmd!("XADD", "stream", "*", "f", "v"),
+        // a grouped schedule's keys of the wrong types
+        cmd!("SET", "{t}:str", "x"),
+        cmd!("SET", "{t}:s:echomq-g:bad", "x"),
+        cmd!("ZADD", "{t}:s:echomq-ghold:zh", 1, "x"),
+        cmd!("ZADD", "{t}:s:echomq-glim:zl", 1, "x"),
+        cmd!("SET", "{t}:w:echomq-gnames", "x"),
     ] {
         pipe.add_command(cmd).ignore();
     }
@@ -438,7 +444,122 @@ fn malformed_calls_are_refused_and_write_nothing() {
         // ECHO.HOLD
         (words("ECHO.HOLD"), wrong_arity),
         (words("ECHO.HOLD s"), wrong_arity),
-        (words("ECHO.HOLD s 1 2"), wrong_arity),
+        (words("ECHO.HOLD s 1 2"), "ERR syntax error"),
+        // ECHO.HOLD ... GROUP
+        (words("ECHO.HOLD s 1 GROUP"), "ERR syntax error"),
+        (words("ECHO.HOLD {t}:s 1 GROUP g x"), "ERR syntax error"),
+        (words("ECHO.HOLD {t}:s 1 LIMIT g"), "ERR syntax error"),
+        (
+            words("ECHO.HOLD s 1 GROUP g"),
+            "ERR a grouped schedule needs a {hash tag}",
+        ),
+        (
+            words("ECHO.HOLD {t}:s -1 GROUP g"),
+            "ERR ms is not an integer",
+        ),
+        (
+            raw(&[b"ECHO.HOLD", b"{t}:s", b"1", b"GROUP", b""]),
+            "ERR group must be 1..=1024 bytes",
+        ),
+        (
+            raw(&[b"ECHO.HOLD", b"{t}:s", b"1", b"group", &[b'g'; 1025]]),
+            "ERR group must be 1..=1024 bytes",
+        ),
+        (words("ECHO.HOLD {t}:s 100 GROUP zh"), "WRONGTYPE"),
+        (words("ECHO.HOLD {t}:s 0 GROUP zh"), "WRONGTYPE"),
+        (words("ECHO.HOLD {t}:s 100 GROUP bad"), "WRONGTYPE"),
+        (words("ECHO.HOLD {t}:w 100 GROUP g"), "WRONGTYPE"),
+        // ECHO.GROUPLIMIT
+        (words("ECHO.GROUPLIMIT"), wrong_arity),
+        (words("ECHO.GROUPLIMIT s g"), wrong_arity),
+        (
+            words("ECHO.GROUPLIMIT s g DEFAULT"),
+            "ERR a grouped schedule needs a {hash tag}",
+        ),
+        (
+            words("ECHO.GROUPLIMIT s g 10/s 1"),
+            "ERR a grouped schedule needs a {hash tag}",
+        ),
+        (words("ECHO.GROUPLIMIT {t}:s g 10/s"), "ERR syntax error"),
+        (
+            words("ECHO.GROUPLIMIT {t}:s g DEFAULTS"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.GROUPLIMIT {t}:s g DEFAULT x"),
+            "ERR rate 'DEFAULT' is not",
+        ),
+        (
+            words("ECHO.GROUPLIMIT {t}:s g 10/s 1 2"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.GROUPLIMIT {t}:s g 0/s 1"),
+            "ERR rate '0/s' is not <n>/s, <n>/m or <n>/h",
+        ),
+        (words("ECHO.GROUPLIMIT {t}:s g 10/d 1"), "ERR rate '10/d'"),
+        (words("ECHO.GROUPLIMIT {t}:s g 1000001/s 1"), "ERR rate"),
+        (
+            words("ECHO.GROUPLIMIT {t}:s g 10/s 0"),
+            "ERR burst '0' is not",
+        ),
+        (words("ECHO.GROUPLIMIT {t}:s g 10/s 1000001"), "ERR burst"),
+        (words("ECHO.GROUPLIMIT {t}:s g 10/s -1"), "ERR burst"),
+        (
+            raw(&[b"ECHO.GROUPLIMIT", b"{t}:s", b"g", b"1\x00/s", b"1"]),
+            "ERR rate '1\\x00/s'",
+        ),
+        (
+            words("ECHO.GROUPLIMIT {t}:s g adaptive:10/s 1"),
+            "ERR group limits take fixed rates only",
+        ),
+        (
+            raw(&[b"ECHO.GROUPLIMIT", b"{t}:s", b"", b"DEFAULT"]),
+            "ERR group must be 1..=1024 bytes",
+        ),
+        (
+            raw(&[b"ECHO.GROUPLIMIT", b"{t}:s", &[b'g'; 1025], b"10/s", b"1"]),
+            "ERR group must be 1..=1024 bytes",
+        ),
+        (words("ECHO.GROUPLIMIT {t}:s zl 10/s 1"), "WRONGTYPE"),
+        (words("ECHO.GROUPLIMIT {t}:s zl DEFAULT"), "WRONGTYPE"),
+        (words("ECHO.GROUPLIMIT {t}:s bad 10/s 1"), "WRONGTYPE"),
+        (words("ECHO.GROUPLIMIT {t}:w g 10/s 1"), "WRONGTYPE"),
+        // ECHO.GROUPS
+        (words("ECHO.GROUPS"), wrong_arity),
+        (
+            words("ECHO.GROUPS s"),
+            "ERR a grouped schedule needs a {hash tag}",
+        ),
+        (
+            words("ECHO.GROUPS {t}:s COUNT 0"),
+            "ERR COUNT is not an integer or out of range (1..=1000)",
+        ),
+        (words("ECHO.GROUPS {t}:s COUNT 1001"), "ERR COUNT is not"),
+        (words("ECHO.GROUPS {t}:s COUNT 1.5"), "ERR COUNT is not"),
+        (words("ECHO.GROUPS {t}:s CURSOR 5"), "ERR invalid cursor"),
+        (words("ECHO.GROUPS {t}:s CURSOR x6"), "ERR invalid cursor"),
+        (words("ECHO.GROUPS {t}:s CURSOR xAB"), "ERR invalid cursor"),
+        (
+            raw(&[b"ECHO.GROUPS", b"{t}:s", b"CURSOR", b"x\x00"]),
+            "ERR invalid cursor",
+        ),
+        (words("ECHO.GROUPS {t}:s COUNT"), "ERR syntax error"),
+        (
+            words("ECHO.GROUPS {t}:s COUNT 1 COUNT 2"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.GROUPS {t}:s CURSOR 0 CURSOR 0"),
+            "ERR syntax error",
+        ),
+        (words("ECHO.GROUPS {t}:s LIMIT 1"), "ERR syntax error"),
+        (
+            words("ECHO.GROUPS {t}:s CURSOR 0 COUNT 1 x"),
+            "ERR syntax error",
+        ),
+        (words("ECHO.GROUPS {t}:str"), "WRONGTYPE"),
+        (words("ECHO.GROUPS {t}:w"), "WRONGTYPE"),
         (
             words("ECHO.HOLD s -1"),
             "ERR ms is not an integer or out of range (0..=86400000)",

@@ -426,6 +426,8 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
         "ECHO.HOLD",
         "ECHO.LIMITS",
         "ECHO.ADD",
+        "ECHO.GROUPLIMIT",
+        "ECHO.GROUPS",
     ];
     let info: Value = q!(&mut con, "COMMAND", "INFO", &names);
     let Value::Array(commands) = info else {
@@ -441,7 +443,7 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
             _ => panic!("{c:?}"),
         })
         .collect();
-    assert_eq!(arities, [-5, -3, 3, 5, 1, -4, 3, 2, -4]);
+    assert_eq!(arities, [-5, -3, 3, 5, 1, -4, -3, 2, -4, -4, -2]);
     // Every command has its docs, and the keyed ones name their schedule.
     for name in names {
         let docs: Value = q!(&mut con, "COMMAND", "DOCS", name);
@@ -451,7 +453,11 @@ fn the_server_checks_arity_and_knows_each_key_spec() {
     for call in [
         vec!["ECHO.SCHEDULE", "{s}:schedule", "j", "1", "NX"],
         vec!["ECHO.HOLD", "{s}:schedule", "100"],
+        vec!["ECHO.HOLD", "{s}:schedule", "100", "GROUP", "g"],
         vec!["ECHO.LIMITS", "{s}:schedule"],
+        vec!["ECHO.GROUPLIMIT", "{s}:schedule", "g", "10/s", "2"],
+        vec!["ECHO.GROUPLIMIT", "{s}:schedule", "g", "DEFAULT"],
+        vec!["ECHO.GROUPS", "{s}:schedule", "COUNT", "5"],
     ] {
         let keys: Vec<String> = q!(&mut con, "COMMAND", "GETKEYS", &call);
         assert_eq!(keys, ["{s}:schedule"], "{call:?}");
@@ -545,7 +551,9 @@ fn acl_categories_let_users_allow_and_deny_by_category() {
     let limits_args = ["ECHO.LIMITS", "s"];
     let queues_args = ["ECHO.QUEUES"];
     let add_args = ["ECHO.ADD", "s", "p", "j", "DELAY", "5"];
-    for args in [&schedule_args[..], &hold_args, &add_args] {
+    let grouplimit_args = ["ECHO.GROUPLIMIT", "{s}:s", "g", "10/s", "1"];
+    let groups_args = ["ECHO.GROUPS", "{s}:s"];
+    for args in [&schedule_args[..], &hold_args, &add_args, &grouplimit_args] {
         assert!(
             dry(&mut con, "no-writes", args).contains("no permissions"),
             "{args:?}"
@@ -556,7 +564,7 @@ fn acl_categories_let_users_allow_and_deny_by_category() {
             "{args:?}"
         );
     }
-    for args in [&limits_args[..], &queues_args] {
+    for args in [&limits_args[..], &queues_args, &groups_args] {
         assert_eq!(dry(&mut con, "no-writes", args), "OK", "{args:?}");
         assert_eq!(dry(&mut con, "reader", args), "OK", "{args:?}");
     }

@@ -1,4 +1,6 @@
-//! A seeded fuzz run: 20,000 calls of every module command and `CONFIG SET`
+//! A seeded fuzz run: 20,000 calls of every module command (the list below,
+//! ECHO.GROUPLIMIT and ECHO.GROUPS included, with the words that reach their
+//! grammars) and `CONFIG SET`
 //! of every module config, with arguments drawn from valid words, hostile
 //! names and random bytes. After each call the server must answer PING, an
 //! error must be printable ASCII, and a refused call must leave `DEBUG
@@ -83,6 +85,17 @@ const WORDS: &[&[u8]] = &[
     b"GROUP",
     b"GROUP",
     b"tenant-1",
+    b"DEFAULT",
+    b"default",
+    b"10/s",
+    b"1/h",
+    b"adaptive:5/s",
+    b"CURSOR",
+    b"COUNT",
+    b"x",
+    b"x61",
+    b"x7a7a",
+    b"tenant-2",
     b"job-1",
     b"job-2",
 ];
@@ -97,6 +110,8 @@ const COMMANDS: &[&str] = &[
     "ECHO.HOLD",
     "ECHO.LIMITS",
     "ECHO.ADD",
+    "ECHO.GROUPLIMIT",
+    "ECHO.GROUPS",
 ];
 
 fn word(rng: &mut Rng) -> Vec<u8> {

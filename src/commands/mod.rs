@@ -7,6 +7,8 @@ use crate::server::keys::Arg;
 
 pub mod add;
 pub mod delay;
+pub mod grouplimit;
+pub mod groups;
 pub mod hold;
 pub mod limits;
 pub mod promote;

@@ -16,7 +16,17 @@
 //! - `S:echomq-gcur`: the rotation's cursor, the last group a release
 //!   visited (a string);
 //! - `S:echomq-gtat:<g>`: a limited group's theoretical arrival time, a
-//!   string expiring when it no longer matters.
+//!   string expiring when it no longer matters;
+//! - `S:echomq-gnames`: the directory, a sorted set of every named group
+//!   with members, all scored 0, so `ECHO.GROUPS` walks the groups in name
+//!   order from a cursor (the time index is ordered by time, which a group
+//!   changes as it releases, so no cursor over it is stable);
+//! - `S:echomq-glim:<g>`: a group's limit override (`ECHO.GROUPLIMIT`), a
+//!   string (`GroupLimit::encode`) with no expiry: configuration, kept while
+//!   the group has no members too;
+//! - `S:echomq-ghold:<g>`: a group's hold (`ECHO.HOLD ... GROUP g`), a
+//!   string holding its end in server ms and expiring then, as the queue's
+//!   hold key.
 //!
 //! Every one is an ordinary key written with the release it belongs to and
 //! replicated as the concrete `ZADD`, `ZREM`, `SET` and `DEL`, so a replica,
@@ -26,26 +36,31 @@
 //! The ungrouped members are never in the index: the store reads `S`'s
 //! earliest member instead, so a write without `GROUP` costs what it did.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redis_module::{Context, RedisError};
+use redis_module::{Context, RedisError, RedisValue};
 
 use crate::rules::configs;
-use crate::rules::errors::ArgError;
+use crate::rules::errors::{ArgError, ReplyError};
 use crate::rules::fairness::{self, Group, GroupLimit, GroupStore, Pop, Release, Tat};
-use crate::rules::limiter::Gcra;
+use crate::rules::limiter::{self, Gcra};
 use crate::rules::slots;
 use crate::server::config::{self, ApplyConfigs, StringConfig};
 use crate::server::keys::{Arg, Key, Kind, OwnedName, ZaddIf};
+use crate::server::{clock, context};
 
 const MEMBERS_INFIX: &[u8] = b":echomq-g:";
 const INDEX_SUFFIX: &[u8] = b":echomq-gidx";
 const RING_SUFFIX: &[u8] = b":echomq-gring";
 const CURSOR_SUFFIX: &[u8] = b":echomq-gcur";
 const TAT_INFIX: &[u8] = b":echomq-gtat:";
+const NAMES_SUFFIX: &[u8] = b":echomq-gnames";
+const LIMIT_INFIX: &[u8] = b":echomq-glim:";
+const HOLD_INFIX: &[u8] = b":echomq-ghold:";
 
-/// The ring's one score.
+/// The one score of the ring and of the directory: both are walked in name
+/// order.
 const RING_SCORE: i64 = 0;
 /// The index's marker: a member no group can be (the ungrouped members are
 /// never indexed) at a score never due. It keeps the index key in being
@@ -137,6 +152,7 @@ pub struct GroupNames {
     members: OwnedName,
     index: OwnedName,
     ring: OwnedName,
+    names: OwnedName,
 }
 
 impl GroupNames {
@@ -150,6 +166,7 @@ impl GroupNames {
             members: OwnedName::new(ctx, &derived(schedule, MEMBERS_INFIX, group)),
             index: OwnedName::new(ctx, &derived(schedule, INDEX_SUFFIX, b"")),
             ring: OwnedName::new(ctx, &derived(schedule, RING_SUFFIX, b"")),
+            names: OwnedName::new(ctx, &derived(schedule, NAMES_SUFFIX, b"")),
         })
     }
 
@@ -162,10 +179,11 @@ impl GroupNames {
             members: Key::open_write(ctx, self.members.arg()),
             index: Key::open_write(ctx, self.index.arg()),
             ring: Key::open_write(ctx, self.ring.arg()),
+            names: Key::open_write(ctx, self.names.arg()),
         };
-        keys.members.require(Kind::SortedSet)?;
-        keys.index.require(Kind::SortedSet)?;
-        keys.ring.require(Kind::SortedSet)?;
+        for key in [&keys.members, &keys.index, &keys.ring, &keys.names] {
+            key.require(Kind::SortedSet)?;
+        }
         Ok(keys)
     }
 }
@@ -197,6 +215,7 @@ pub struct GroupKeys<'a> {
     pub members: Key<'a>,
     index: Key<'a>,
     ring: Key<'a>,
+    names: Key<'a>,
 }
 
 /// Deletes the index once it holds only its marker and the ring is gone:
@@ -209,18 +228,20 @@ fn forget_if_empty(index: &Key, ring: &Key, marker: &Arg) {
 
 impl GroupKeys<'_> {
     /// After a write to the group's members: an emptied group leaves the
-    /// index and the ring; any other is in the index at its earliest fire
-    /// time (`ZADD ... LT`, so a limited group's later score is pulled only
-    /// earlier, which costs one visit that puts it back), unless the ring
-    /// already has it.
+    /// index, the ring and the directory; any other is in the directory and
+    /// in the index at its earliest fire time (`ZADD ... LT`, so a limited
+    /// or held group's later score is pulled only earlier, which costs one
+    /// visit that puts it back), unless the ring already has it.
     pub fn reindex(&self) -> Result<(), RedisError> {
         match self.members.zset_first(f64::INFINITY) {
             None => {
                 self.index.zrem(self.group);
                 self.ring.zrem(self.group);
+                self.names.zrem(self.group);
                 forget_if_empty(&self.index, &self.ring, self.marker.arg());
             }
             Some((_, fire_at_ms)) => {
+                self.names.zadd(RING_SCORE, self.group, ZaddIf::New)?;
                 self.index
                     .zadd(MARKER_SCORE, self.marker.arg(), ZaddIf::New)?;
                 if self.ring.zscore(self.group).is_none() {
@@ -329,6 +350,7 @@ struct StoreNames {
     index: OwnedName,
     ring: OwnedName,
     cursor: OwnedName,
+    names: OwnedName,
     ungrouped: OwnedName,
     marker: OwnedName,
 }
@@ -339,6 +361,7 @@ impl StoreNames {
             index: OwnedName::new(ctx, &derived(schedule, INDEX_SUFFIX, b"")),
             ring: OwnedName::new(ctx, &derived(schedule, RING_SUFFIX, b"")),
             cursor: OwnedName::new(ctx, &derived(schedule, CURSOR_SUFFIX, b"")),
+            names: OwnedName::new(ctx, &derived(schedule, NAMES_SUFFIX, b"")),
             ungrouped: OwnedName::new(ctx, b""),
             marker: OwnedName::new(ctx, MARKER),
         }
@@ -353,7 +376,11 @@ struct KeyStore<'a> {
     ungrouped_name: &'a Arg,
     index: Key<'a>,
     ring: Key<'a>,
+    names: Key<'a>,
     limit: Option<GroupLimit>,
+    /// The named groups found not held in this release (a hold cannot
+    /// start within one): their hold key is read once.
+    not_held: BTreeSet<Group>,
     /// The ungrouped members are in no index: their group may be admitted
     /// once `S`'s earliest member is due and not before this (its limit's
     /// room, or a wait set in this release).
@@ -369,8 +396,10 @@ impl<'a> KeyStore<'a> {
     ) -> Result<KeyStore<'a>, RedisError> {
         let index = Key::open_write(ctx, names.index.arg());
         let ring = Key::open_write(ctx, names.ring.arg());
-        index.require(Kind::SortedSet)?;
-        ring.require(Kind::SortedSet)?;
+        let directory = Key::open_write(ctx, names.names.arg());
+        for key in [&index, &ring, &directory] {
+            key.require(Kind::SortedSet)?;
+        }
         let mut store = KeyStore {
             ctx,
             schedule,
@@ -378,7 +407,9 @@ impl<'a> KeyStore<'a> {
             ungrouped_name: names.ungrouped.arg(),
             index,
             ring,
+            names: directory,
             limit: default_limit(schedule),
+            not_held: BTreeSet::new(),
             ungrouped_not_before_ms: i64::MIN,
         };
         if let Some(limit) = store.limit {
@@ -448,6 +479,16 @@ impl GroupStore for KeyStore<'_> {
     }
 
     fn pop_due(&mut self, group: &Group, now_ms: i64) -> Pop {
+        // A held group has nothing due until its hold ends: the release then
+        // puts it in the time index at that ms, out of the rotation.
+        if !group.is_ungrouped() && !self.not_held.contains(group) {
+            if let Some(until_ms) = held_until(self.ctx, self.schedule, group.as_bytes(), now_ms) {
+                return Pop::NotDue {
+                    fire_at_ms: until_ms,
+                };
+            }
+            self.not_held.insert(group.clone());
+        }
         let name = OwnedName::new(
             self.ctx,
             &derived(self.schedule, MEMBERS_INFIX, group.as_bytes()),
@@ -498,21 +539,291 @@ impl GroupStore for KeyStore<'_> {
                 let _ = self.index.zadd(at_ms, member.arg(), ZaddIf::Always);
             }
             None => {
+                // Empty: it leaves the directory too.
                 self.index.zrem(member.arg());
+                self.names.zrem(member.arg());
             }
         }
     }
 
-    fn limit(&mut self, _group: &Group) -> Option<GroupLimit> {
-        self.limit
+    fn limit(&mut self, group: &Group) -> Option<GroupLimit> {
+        limit_of(self.ctx, self.schedule, group, self.limit)
     }
 
     fn tat(&mut self, group: &Group) -> Option<Tat> {
-        let name = OwnedName::new(
-            self.ctx,
-            &derived(self.schedule, TAT_INFIX, group.as_bytes()),
-        );
-        let key = Key::open_read(self.ctx, name.arg());
-        Tat::decode(&key.string_bytes()?)
+        stored_tat(self.ctx, self.schedule, group)
+    }
+}
+
+/// A group's stored TAT, if any.
+fn stored_tat(ctx: &Context, schedule: &[u8], group: &Group) -> Option<Tat> {
+    read_string(ctx, schedule, TAT_INFIX, group.as_bytes()).and_then(|b| Tat::decode(&b))
+}
+
+/// What the string key of `group` with `infix` holds (`None`: missing or
+/// of another type).
+fn read_string(ctx: &Context, schedule: &[u8], infix: &[u8], group: &[u8]) -> Option<Vec<u8>> {
+    let name = OwnedName::new(ctx, &derived(schedule, infix, group));
+    let key = Key::open_read(ctx, name.arg());
+    key.string_bytes()
+}
+
+/// The limit in force for `group`: its override, else `default` (the
+/// config's). The ungrouped members have no override (no name can name
+/// them); an override key holding anything `GroupLimit::encode` did not
+/// write is no override.
+fn limit_of(
+    ctx: &Context,
+    schedule: &[u8],
+    group: &Group,
+    default: Option<GroupLimit>,
+) -> Option<GroupLimit> {
+    if group.is_ungrouped() {
+        return default;
+    }
+    read_string(ctx, schedule, LIMIT_INFIX, group.as_bytes())
+        .and_then(|bytes| GroupLimit::decode(&bytes))
+        .or(default)
+}
+
+/// Until when (server ms) `group` is held, if it is at `now_ms`. A hold key
+/// of another type, or holding no integer, holds nothing.
+fn held_until(ctx: &Context, schedule: &[u8], group: &[u8], now_ms: i64) -> Option<i64> {
+    let name = OwnedName::new(ctx, &derived(schedule, HOLD_INFIX, group));
+    let key = Key::open_read(ctx, name.arg());
+    key.string_i64().filter(|&until| until > now_ms)
+}
+
+/// A string key of one group (its override or its hold), opened for
+/// writing with the group's own keys, every type checked before the first
+/// write; `ERR a grouped schedule needs a {hash tag}` for a schedule without
+/// one.
+struct GroupSetting<'a> {
+    keys: GroupKeys<'a>,
+    key: Key<'a>,
+}
+
+impl<'a> GroupSetting<'a> {
+    fn open(
+        ctx: &'a Context,
+        names: &'a GroupNames,
+        name: &'a OwnedName,
+    ) -> Result<GroupSetting<'a>, RedisError> {
+        let keys = names.open(ctx)?;
+        let key = Key::open_write(ctx, name.arg());
+        key.require(Kind::String)?;
+        Ok(GroupSetting { keys, key })
+    }
+}
+
+/// `ECHO.GROUPLIMIT`: sets (`Some`) or removes (`None`, `DEFAULT`) the
+/// override of `group`'s limit: `SET S:echomq-glim:<g> <GroupLimit::encode>`
+/// (nothing when it already holds that) or `DEL`. A group waiting in the
+/// time index is pulled back to its earliest fire time, so the limit in
+/// force from now is the one its next visit reads. A new override while
+/// used memory is over maxmemory is refused as a hold is (changing and
+/// removing one always work).
+pub fn set_limit(
+    ctx: &Context,
+    schedule: &[u8],
+    group: &[u8],
+    limit: Option<GroupLimit>,
+) -> Result<(), RedisError> {
+    let names = GroupNames::new(ctx, schedule, group)?;
+    let name = OwnedName::new(ctx, &derived(schedule, LIMIT_INFIX, group));
+    let setting = GroupSetting::open(ctx, &names, &name)?;
+    match limit {
+        None => {
+            if !setting.key.delete() {
+                return Ok(());
+            }
+        }
+        Some(limit) => {
+            let text = limit.encode();
+            if setting.key.string_bytes().as_deref() == Some(text.as_bytes()) {
+                return Ok(());
+            }
+            if setting.key.kind() == Kind::Missing && context::out_of_memory(ctx) {
+                return Err(ReplyError::NewKeyOutOfMemory.into());
+            }
+            setting.key.set_text(text.as_bytes());
+        }
+    }
+    setting.keys.reindex()
+}
+
+/// `ECHO.HOLD schedule ms GROUP group`: the group's hold in force after it
+/// (0 for none), by `ECHO.HOLD`'s rule (`limiter::hold_until`): `SET
+/// S:echomq-ghold:<g> <until> PXAT <until>` when the hold grows, `DEL` for
+/// `ms = 0`, which also pulls the group back from the hold's end in the time
+/// index to its earliest fire time. A new hold of a group with no members
+/// while used memory is over maxmemory is refused, as `ECHO.HOLD` refuses
+/// one of a schedule that does not exist.
+pub fn hold(ctx: &Context, schedule: &[u8], group: &[u8], ms: u64) -> Result<i64, RedisError> {
+    let names = GroupNames::new(ctx, schedule, group)?;
+    let name = OwnedName::new(ctx, &derived(schedule, HOLD_INFIX, group));
+    let setting = GroupSetting::open(ctx, &names, &name)?;
+    if ms == 0 {
+        if setting.key.delete() {
+            setting.keys.reindex()?;
+        }
+        return Ok(0);
+    }
+    let now_ms = clock::wall_ms();
+    let in_force = setting.key.string_i64().filter(|&until| until > now_ms);
+    let Some(until) = limiter::hold_until(in_force, ms, now_ms) else {
+        return Ok(in_force.unwrap_or(0));
+    };
+    if in_force.is_none()
+        && context::out_of_memory(ctx)
+        && setting.keys.members.kind() == Kind::Missing
+    {
+        return Err(ReplyError::NewKeyOutOfMemory.into());
+    }
+    setting.key.set_i64_expiring(until, until);
+    Ok(until)
+}
+
+/// One group as `ECHO.GROUPS` shows it.
+pub struct GroupView {
+    /// Empty for the ungrouped members.
+    pub name: Vec<u8>,
+    pub members: u64,
+    pub due: u64,
+    pub limit: Option<GroupLimit>,
+    /// What its limit lets leave now (`None`: not limited).
+    pub available: Option<u64>,
+    /// The first ms it may release while it waits in the time index; 0 in
+    /// the ring.
+    pub waiting_until_ms: i64,
+    /// The end of its own hold, 0 when not held.
+    pub held_until_ms: i64,
+}
+
+/// One page of `ECHO.GROUPS`.
+pub struct Page {
+    pub groups: Vec<GroupView>,
+    /// The last group the page passed (empty: the ungrouped, or none), when
+    /// more follow; `None` at the end.
+    pub next_after: Option<Vec<u8>>,
+}
+
+/// `ECHO.GROUPS`: from the start (`after` `None`: the ungrouped members
+/// first, when `schedule` has any), or after the named group `after` (empty:
+/// after the ungrouped), at most `count` groups in name order, read from
+/// the directory with one range walk: O(log G + count). A directory entry
+/// whose set is empty (emptied by hand) is passed over, so a page may hold
+/// fewer. `WRONGTYPE` when `schedule` or a shared key is of another type.
+pub fn page(
+    ctx: &Context,
+    schedule: &Arg,
+    after: Option<&[u8]>,
+    count: u64,
+    now_ms: i64,
+) -> Result<Page, RedisError> {
+    let bytes = schedule.as_slice();
+    if !slots::has_tag(bytes) {
+        return Err(ArgError::GroupNeedsTag.into());
+    }
+    let ungrouped = Key::open_read(ctx, schedule);
+    ungrouped.require(Kind::SortedSet)?;
+    let names = StoreNames::new(ctx, bytes);
+    let index = Key::open_read(ctx, names.index.arg());
+    let ring = Key::open_read(ctx, names.ring.arg());
+    let directory = Key::open_read(ctx, names.names.arg());
+    for key in [&index, &ring, &directory] {
+        key.require(Kind::SortedSet)?;
+    }
+    let viewer = Viewer {
+        ctx,
+        schedule: bytes,
+        index: &index,
+        ring: &ring,
+        default: default_limit(bytes),
+        now_ms,
+    };
+    let mut budget = usize::try_from(count).unwrap_or(usize::MAX);
+    let mut groups = Vec::new();
+    if after.is_none() && ungrouped.kind() == Kind::SortedSet {
+        groups.push(viewer.view(&Group::ungrouped(), &ungrouped)?);
+        budget = budget.saturating_sub(1);
+    }
+    let found = directory.zset_lex_range(after, budget.saturating_add(1));
+    let mut last = after.unwrap_or_default().to_vec();
+    for name in found.iter().take(budget) {
+        last.clone_from(name);
+        let Some(group) = Group::named(name) else {
+            continue;
+        };
+        let members_name = OwnedName::new(ctx, &derived(bytes, MEMBERS_INFIX, name));
+        let members = Key::open_read(ctx, members_name.arg());
+        if members.kind() != Kind::SortedSet {
+            continue;
+        }
+        groups.push(viewer.view(&group, &members)?);
+    }
+    Ok(Page {
+        groups,
+        next_after: (found.len() > budget).then_some(last),
+    })
+}
+
+/// What `page` reads every group's state with.
+struct Viewer<'a> {
+    ctx: &'a Context,
+    schedule: &'a [u8],
+    index: &'a Key<'a>,
+    ring: &'a Key<'a>,
+    default: Option<GroupLimit>,
+    now_ms: i64,
+}
+
+impl Viewer<'_> {
+    fn view(&self, group: &Group, members: &Key) -> Result<GroupView, RedisError> {
+        let ctx = self.ctx;
+        let now_ms = self.now_ms;
+        let limit = limit_of(ctx, self.schedule, group, self.default);
+        // The TAT as the next visit reads it: converted to the limit in force.
+        let ticks = limit.map(|limit| match stored_tat(ctx, self.schedule, group) {
+            Some(tat) if tat.under == limit => tat.ticks,
+            Some(tat) => tat.under.gcra().rescale(tat.ticks, limit.gcra(), now_ms),
+            None => 0,
+        });
+        let bucket = limit.zip(ticks);
+        let name = OwnedName::new(ctx, group.as_bytes());
+        let waiting_until_ms = if self.ring.zscore(name.arg()).is_some() {
+            0
+        } else if group.is_ungrouped() {
+            // In no index: it may enter the ring at its earliest fire time,
+            // or when its limit has room, whichever is later.
+            let first = members
+                .zset_first(f64::INFINITY)
+                .map_or(0, |(_, s)| score_ms(s));
+            let room = bucket.map_or(i64::MIN, |(l, t)| l.gcra().room_at_ms(t));
+            first.max(room)
+        } else {
+            self.index.zscore(name.arg()).map_or(0, score_ms)
+        };
+        Ok(GroupView {
+            name: group.as_bytes().to_vec(),
+            members: members.zcard(),
+            due: due_count(ctx, members.name(), now_ms)?,
+            limit,
+            available: bucket.map(|(l, t)| l.gcra().available(t, now_ms)),
+            waiting_until_ms,
+            held_until_ms: match group.is_ungrouped() {
+                true => 0,
+                false => held_until(ctx, self.schedule, group.as_bytes(), now_ms).unwrap_or(0),
+            },
+        })
+    }
+}
+
+/// `ZCOUNT key -inf now_ms`: O(log N) through the set's rank index.
+fn due_count(ctx: &Context, key: &Arg, now_ms: i64) -> Result<u64, RedisError> {
+    let now = now_ms.to_string();
+    match ctx.call("ZCOUNT", &[key.as_slice(), b"-inf", now.as_bytes()])? {
+        RedisValue::Integer(n) => Ok(n.unsigned_abs()),
+        _ => Err(ReplyError::ZcountReply.into()),
     }
 }

@@ -366,7 +366,7 @@ pub fn hold(ctx: &Context, schedule: &Arg, ms: u64) -> Result<i64, RedisError> {
         && context::out_of_memory(ctx)
         && Key::open_read(ctx, schedule).kind() == Kind::Missing
     {
-        return Err(ReplyError::HoldOutOfMemory.into());
+        return Err(ReplyError::NewKeyOutOfMemory.into());
     }
     key.set_i64_expiring(until, until);
     Ok(until)

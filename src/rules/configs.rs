@@ -66,6 +66,17 @@ pub fn parse_rate(word: &[u8]) -> Option<Rate> {
     Some(Rate { n, period_ms, kind })
 }
 
+/// One `rate burst` pair of `echomq.release-limits` (and of
+/// `echomq.group-limits` and ECHO.GROUPLIMIT, which then refuse an adaptive
+/// rate): the error quotes the word refused.
+pub fn parse_rate_and_burst(rate: &[u8], burst: &[u8]) -> Result<(Rate, u64), LimitsError> {
+    let parsed = parse_rate(rate).ok_or_else(|| LimitsError::Rate(quoted(rate)))?;
+    let burst = canonical_u64(burst, MAX_BURST)
+        .filter(|&b| b >= 1)
+        .ok_or_else(|| LimitsError::Burst(quoted(burst)))?;
+    Ok((parsed, burst))
+}
+
 /// Reads `echomq.release-limits`: words separated by whitespace, taken three
 /// by three, `schedule rate burst`.
 pub fn parse_release_limits(text: &[u8]) -> Result<Vec<LimitSpec>, LimitsError> {
@@ -80,10 +91,7 @@ pub fn parse_release_limits(text: &[u8]) -> Result<Vec<LimitSpec>, LimitsError> 
     let mut seen = HashSet::with_capacity(words.len() / 3);
     for three in words.chunks_exact(3) {
         let (schedule, rate, burst) = (three[0], three[1], three[2]);
-        let rate = parse_rate(rate).ok_or_else(|| LimitsError::Rate(quoted(rate)))?;
-        let burst = canonical_u64(burst, MAX_BURST)
-            .filter(|&b| b >= 1)
-            .ok_or_else(|| LimitsError::Burst(quoted(burst)))?;
+        let (rate, burst) = parse_rate_and_burst(rate, burst)?;
         if !seen.insert(schedule) {
             return Err(LimitsError::ScheduleTwice(quoted(schedule)));
         }

@@ -6,7 +6,7 @@ use std::fmt;
 use redis_module::RedisError;
 
 use crate::rules::buckets::MAX_SPREAD_BUCKETS;
-use crate::rules::fairness::MAX_GROUP_BYTES;
+use crate::rules::fairness::{MAX_GROUPS_COUNT, MAX_GROUP_BYTES};
 use crate::rules::limiter::{MAX_BURST, MAX_HOLD_MS, MAX_RATE};
 use crate::rules::policy::{MAX_JITTER_LAYERS, MAX_MS};
 
@@ -49,6 +49,15 @@ pub enum ArgError {
     /// keys could not share its slot.
     GroupNeedsTag,
     HoldMs,
+    /// ECHO.GROUPLIMIT's `rate` or `burst`, as `echomq.release-limits`
+    /// words it (the refused word quoted and escaped).
+    GroupLimit(LimitsError),
+    /// ECHO.GROUPLIMIT with an `adaptive:` rate: group limits are fixed.
+    GroupLimitAdaptive,
+    /// ECHO.GROUPS's `CURSOR`, not one it gave.
+    Cursor,
+    /// ECHO.GROUPS's `COUNT`.
+    Count,
 }
 
 impl fmt::Display for ArgError {
@@ -127,6 +136,13 @@ impl fmt::Display for ArgError {
                 f,
                 "ERR ms is not an integer or out of range (0..={MAX_HOLD_MS})"
             ),
+            GroupLimit(why) => write!(f, "ERR {why}"),
+            GroupLimitAdaptive => write!(f, "ERR group limits take fixed rates only"),
+            Cursor => write!(f, "ERR invalid cursor"),
+            Count => write!(
+                f,
+                "ERR COUNT is not an integer or out of range (1..={MAX_GROUPS_COUNT})"
+            ),
         }
     }
 }
@@ -150,9 +166,10 @@ pub enum ReplyError {
     /// ECHO.HOLD in a cluster of a schedule whose hold key cannot share its
     /// slot (a `}` in a name without a hash tag).
     HoldNeedsTag,
-    /// ECHO.HOLD of a new hold on a schedule that does not exist, while used
-    /// memory is over maxmemory (the server's own words for that refusal).
-    HoldOutOfMemory,
+    /// A new hold (ECHO.HOLD, of the queue or of a group) of what has no
+    /// members, or a new ECHO.GROUPLIMIT override, while used memory is over
+    /// maxmemory (the server's own words for that refusal).
+    NewKeyOutOfMemory,
 }
 
 impl ReplyError {
@@ -166,7 +183,7 @@ impl ReplyError {
             ReplyError::HoldNeedsTag => {
                 "ERR a schedule held in a cluster needs a {hash tag} when its name holds a '}'"
             }
-            ReplyError::HoldOutOfMemory => {
+            ReplyError::NewKeyOutOfMemory => {
                 "OOM command not allowed when used memory > 'maxmemory'."
             }
         }

@@ -89,7 +89,13 @@
 //!   limit they are counted under), written with `PXAT until_ms`, so it
 //!   expires as soon as it stops mattering;
 //! - a group's limit override (`ECHO.GROUPLIMIT`): string
-//!   `S:echomq-glim:<g>`.
+//!   `S:echomq-glim:<g>` holding `GroupLimit::encode`, with no expiry;
+//! - a group's hold (`ECHO.HOLD S ms GROUP g`): string `S:echomq-ghold:<g>`
+//!   holding its end in ms, expiring then; the store's `pop_due` reports a
+//!   held group's head as not due until then (`Pop::NotDue`), so the walk
+//!   puts the group in the time index at the hold's end;
+//! - the directory of named groups with members (`ECHO.GROUPS`): sorted set
+//!   `S:echomq-gnames`, every score 0, walked by name from a cursor.
 //!
 //! Every emptied sorted set disappears as with `ZREM`, so a schedule whose
 //! groups are all empty leaves no key but TATs until they expire (and an
@@ -99,6 +105,9 @@ use crate::rules::limiter::{canonical, Gcra, LimitKind, Rate, MAX_BURST, MAX_RAT
 
 /// The longest group name, in bytes.
 pub const MAX_GROUP_BYTES: usize = 1024;
+/// The most groups one `ECHO.GROUPS` page shows, and its default.
+pub const MAX_GROUPS_COUNT: u64 = 1000;
+pub const DEFAULT_GROUPS_COUNT: u64 = 10;
 
 /// A group of a schedule's members: a name of 1..=1024 bytes, or the
 /// ungrouped members (the empty name, sorting first in the ring).
@@ -143,9 +152,56 @@ pub struct GroupLimit {
 }
 
 impl GroupLimit {
-    fn gcra(self) -> Gcra {
+    /// A group limit of `rate` and `burst`: `None` for an adaptive rate,
+    /// which group limits do not take.
+    pub fn fixed(rate: Rate, burst: u64) -> Option<GroupLimit> {
+        (rate.kind == LimitKind::Fixed).then_some(GroupLimit { rate, burst })
+    }
+
+    pub fn gcra(self) -> Gcra {
         Gcra::fixed(self.rate, self.burst)
     }
+
+    /// `1 <n> <period_ms> <burst>`: an `ECHO.GROUPLIMIT` override as its
+    /// key holds it, words of ASCII with the layout's version first, so
+    /// `GET` shows it.
+    pub fn encode(&self) -> String {
+        format!("1 {} {} {}", self.rate.n, self.rate.period_ms, self.burst)
+    }
+
+    /// The override `encode` wrote; `None` for anything else (the group
+    /// then has the config's limit).
+    pub fn decode(bytes: &[u8]) -> Option<GroupLimit> {
+        let mut words = versioned_words(bytes)?;
+        let limit = GroupLimit::from_words(&mut words)?;
+        words.next().is_none().then_some(limit)
+    }
+
+    /// `<n> <period_ms> <burst>`, each canonical and in range.
+    fn from_words<'a>(words: &mut impl Iterator<Item = &'a str>) -> Option<GroupLimit> {
+        let n: u64 = canonical(words.next()?)?;
+        let period_ms: u64 = canonical(words.next()?)?;
+        let burst: u64 = canonical(words.next()?)?;
+        let valid = (1..=MAX_RATE).contains(&n)
+            && [1000, 60_000, 3_600_000].contains(&period_ms)
+            && (1..=MAX_BURST).contains(&burst);
+        valid.then_some(GroupLimit {
+            rate: Rate {
+                n,
+                period_ms,
+                kind: LimitKind::Fixed,
+            },
+            burst,
+        })
+    }
+}
+
+/// The words after the layout version `1` of a stored state, if it is that
+/// version's.
+fn versioned_words(bytes: &[u8]) -> Option<std::str::Split<'_, char>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut words = text.split(' ');
+    (words.next()? == "1").then_some(words)
 }
 
 /// A group's theoretical arrival time: `ticks` counted under the limit
@@ -160,38 +216,18 @@ pub struct Tat {
 
 impl Tat {
     /// `1 <n> <period_ms> <burst> <ticks>`: words of ASCII, as a release
-    /// limit's saved state, so `GET` shows it.
+    /// limit's saved state, so `GET` shows it (an override's words, then
+    /// the ticks).
     pub fn encode(&self) -> String {
-        let GroupLimit { rate, burst } = self.under;
-        format!("1 {} {} {burst} {}", rate.n, rate.period_ms, self.ticks)
+        format!("{} {}", self.under.encode(), self.ticks)
     }
 
     /// The TAT `encode` wrote; `None` for anything else (read as none).
     pub fn decode(bytes: &[u8]) -> Option<Tat> {
-        let text = std::str::from_utf8(bytes).ok()?;
-        let mut words = text.split(' ');
-        if words.next()? != "1" {
-            return None;
-        }
-        let n: u64 = canonical(words.next()?)?;
-        let period_ms: u64 = canonical(words.next()?)?;
-        let burst: u64 = canonical(words.next()?)?;
+        let mut words = versioned_words(bytes)?;
+        let under = GroupLimit::from_words(&mut words)?;
         let ticks: u128 = canonical(words.next()?)?;
-        let valid = (1..=MAX_RATE).contains(&n)
-            && [1000, 60_000, 3_600_000].contains(&period_ms)
-            && (1..=MAX_BURST).contains(&burst)
-            && words.next().is_none();
-        valid.then_some(Tat {
-            ticks,
-            under: GroupLimit {
-                rate: Rate {
-                    n,
-                    period_ms,
-                    kind: LimitKind::Fixed,
-                },
-                burst,
-            },
-        })
+        words.next().is_none().then_some(Tat { ticks, under })
     }
 }
 
@@ -640,6 +676,34 @@ mod tests {
         ] {
             assert_eq!(Tat::decode(bad.as_bytes()), None, "{bad:?}");
         }
+    }
+    #[test]
+    fn an_override_reads_back_as_written_and_nothing_else_reads() {
+        let limit = GroupLimit {
+            rate: Rate {
+                n: 3,
+                period_ms: 60_000,
+                kind: LimitKind::Fixed,
+            },
+            burst: 7,
+        };
+        assert_eq!(limit.encode(), "1 3 60000 7");
+        assert_eq!(GroupLimit::decode(limit.encode().as_bytes()), Some(limit));
+        for bad in [
+            "",
+            "1 3 60000",
+            "1 3 60000 7 1",
+            "2 3 60000 7",
+            "1 3 60000 07",
+        ] {
+            assert_eq!(GroupLimit::decode(bad.as_bytes()), None, "{bad:?}");
+        }
+        let adaptive = Rate {
+            kind: LimitKind::Adaptive,
+            ..limit.rate
+        };
+        assert_eq!(GroupLimit::fixed(adaptive, 7), None);
+        assert_eq!(GroupLimit::fixed(limit.rate, 7), Some(limit));
     }
     use crate::rules::limiter::{Adaptive, Limit, LimitKind, LimitSpec};
     use std::collections::{BTreeMap, BTreeSet};

@@ -164,7 +164,7 @@ pub struct AddRequest {
 }
 
 /// A group's name as `GROUP` takes it: 1..=1024 bytes.
-fn group_name(name: &[u8]) -> Result<(), ArgError> {
+pub fn group_name(name: &[u8]) -> Result<(), ArgError> {
     match Group::named(name) {
         Some(_) => Ok(()),
         None => Err(ArgError::GroupName),

@@ -274,8 +274,16 @@ impl<'a> Key<'a> {
     /// all for `None`), as `ZRANGEBYLEX key (<after> + LIMIT 0 1` finds it
     /// in a set whose scores are all equal.
     pub fn zset_lex_after(&self, after: Option<&[u8]>) -> Option<Vec<u8>> {
-        if self.kind() != Kind::SortedSet {
-            return None;
+        self.zset_lex_range(after, 1).pop()
+    }
+
+    /// The first `limit` members after `after` in lexicographic order, as
+    /// `ZRANGEBYLEX key (<after> + LIMIT 0 <limit>` gives them in a set whose
+    /// scores are all equal: one search, then one step per member.
+    pub fn zset_lex_range(&self, after: Option<&[u8]>, limit: usize) -> Vec<Vec<u8>> {
+        let mut found = Vec::new();
+        if limit == 0 || self.kind() != Kind::SortedSet {
+            return found;
         }
         let min = match after {
             Some(after) => [b"(".as_slice(), after].concat(),
@@ -285,18 +293,31 @@ impl<'a> Key<'a> {
         let max = OwnedName::new(self.ctx, b"+");
         // SAFETY: a live handle of a sorted set and two live strings, which
         // the server parses into its own copies; the range is stopped before
-        // returning and the element copied, then freed.
+        // returning and each element copied, then freed.
         unsafe {
             let status = api!(RedisModule_ZsetFirstInLexRange)(self.ptr, min.ptr, max.ptr);
             if status != raw::REDISMODULE_OK as c_int {
-                return None;
+                return found;
             }
-            let mut score = 0.0f64;
-            let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
-            let first = take_string(self.ctx.ctx, member);
+            while found.len() < limit && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0 {
+                let mut score = 0.0f64;
+                let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
+                let Some(bytes) = take_string(self.ctx.ctx, member) else {
+                    break;
+                };
+                found.push(bytes);
+                if api!(RedisModule_ZsetRangeNext)(self.ptr) == 0 {
+                    break;
+                }
+            }
             api!(RedisModule_ZsetRangeStop)(self.ptr);
-            first
         }
+        found
+    }
+
+    /// The key's name.
+    pub fn name(&self) -> &Arg {
+        self.name
     }
 
     /// `ZADD key [cond] score_ms member`: adds `member`, or replaces its

@@ -63,7 +63,8 @@ macro_rules! for_each_api {
             RedisModule_ReplyWithStringBuffer,
             RedisModule_ReplyWithLongLong,
             RedisModule_ReplyWithDouble,
-            RedisModule_ReplyWithNull
+            RedisModule_ReplyWithNull,
+            RedisModule_ReplyWithArray
         )
     };
 }
