@@ -522,10 +522,8 @@ fn hold_and_limits_on_a_replica_and_their_errors() {
     assert_eq!(limit_field(&mut r, S, "held-until-ms"), Some(0.0));
     for (args, want) in [
         (vec!["ECHO.HOLD", S], "ERR wrong number of arguments"),
-        (
-            vec!["ECHO.HOLD", S, "1", "2"],
-            "ERR wrong number of arguments",
-        ),
+        (vec!["ECHO.HOLD", S, "1", "2"], "ERR syntax error"),
+        (vec!["ECHO.HOLD", S, "1", "GROUP"], "ERR syntax error"),
         (
             vec!["ECHO.HOLD", S, "-1"],
             "ERR ms is not an integer or out of range (0..=86400000)",
