@@ -76,7 +76,7 @@ web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_
 # library's clients/rust/tests, the three libraries together in clients/tests),
 # the Python and Node.js client libraries' suites, then the core suites again
 # against Redis 7 when redis-server is installed (CI installs it).
-REDIS_SUITES := --test commands --test add --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz --test release
+REDIS_SUITES := --test commands --test add --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz --test release --test groups
 test: build ## Run every test against real servers (and Redis 7 when installed)
 	@echo "== make test on $$(valkey-server --version | sed -n 's/.* v=\([^ ]*\).*/Valkey \1/p') ($$(command -v valkey-server))"
 	$(CARGO) test --release --workspace
