@@ -126,8 +126,9 @@ function startsWithEnvelope(value) {
     && JOB_GROUP_ENVELOPE.equals(value.subarray(0, JOB_GROUP_ENVELOPE.length));
 }
 
-// wrapPayload undone: { payload, jobGroup } (jobGroup null without one). A value that is not a
-// whole envelope is a payload as it is.
+// wrapPayload undone: { payload, jobGroup } (jobGroup the group's bytes as stored, so that a
+// retry names exactly that group; null without one). A value that is not a whole envelope is a
+// payload as it is.
 export function unwrapPayload(value) {
   const whole = { payload: value, jobGroup: null };
   if (!startsWithEnvelope(value)) return whole;
@@ -139,5 +140,5 @@ export function unwrapPayload(value) {
   const n = Number(digits);
   const from = start + colon + 1;
   if (n > MAX_JOB_GROUP_BYTES || from + n > value.length) return whole;
-  return { payload: value.subarray(from + n), jobGroup: n === 0 ? null : value.toString("utf8", from, from + n) };
+  return { payload: value.subarray(from + n), jobGroup: n === 0 ? null : value.subarray(from, from + n) };
 }

@@ -227,7 +227,7 @@ export class Queue {
         attempts: r[3 * i] === null ? 0 : Number(r[3 * i]),
         error: r[3 * i + 1],
         payload,
-        group: jobGroup,
+        group: jobGroup === null ? null : jobGroup.toString(),
       };
     });
   }

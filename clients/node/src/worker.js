@@ -564,7 +564,8 @@ export class Worker extends EventEmitter {
     try {
       // entryId: the pending entry that delivered this run, for logs (a job's later runs, and a
       // run taken over, come from other entries).
-      result = this.#handler({ id, payload, attempt, entryId: entry, group: jobGroup });
+      const group = jobGroup === null ? null : jobGroup.toString();
+      result = this.#handler({ id, payload, attempt, entryId: entry, group });
     } catch (err) {
       failed(err);
       return;
