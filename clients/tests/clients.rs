@@ -199,6 +199,51 @@ fn the_dead_set_one_language_writes_the_others_read() {
     );
 }
 
+/// A worker per language on `queue`, each counting its successes in its
+/// own `{queue}:done-<lang>` hash, with `extra` options.
+fn start_counting_workers(url: &str, queue: &str, extra: &[&str]) -> Vec<(Lang, String, Worker)> {
+    [Python, Node, Rust]
+        .into_iter()
+        .map(|lang| {
+            let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
+            let base = ["--url", url, "--queue", queue, "--done", &done];
+            let worker = Worker::start(lang, &[&base[..], extra].concat());
+            (lang, done, worker)
+        })
+        .collect()
+}
+
+/// Waits until the workers' done hashes hold `total` jobs between them.
+fn wait_all_done(con: &mut Connection, workers: &[(Lang, String, Worker)], total: usize) {
+    wait_until("every job done", Duration::from_secs(180), || {
+        let mut n = 0;
+        for (_, done, _) in workers {
+            let len: usize = run(con, cmd("HLEN").arg(done));
+            n += len;
+        }
+        (n >= total).then_some(()).ok_or(format!("{n} done"))
+    });
+}
+
+/// Stops the workers; every job each did, with the languages that did it
+/// (checked: each worker did some, none did a job twice).
+fn stop_and_tally(
+    con: &mut Connection,
+    workers: Vec<(Lang, String, Worker)>,
+) -> BTreeMap<String, Vec<Lang>> {
+    let mut seen: BTreeMap<String, Vec<Lang>> = BTreeMap::new();
+    for (lang, done, worker) in workers {
+        worker.stop();
+        let counts = done_counts(con, &done);
+        assert!(!counts.is_empty(), "the {lang:?} worker did no job");
+        for (id, n) in counts {
+            assert_eq!(n, 1, "{id} ran {n} times in {lang:?}");
+            seen.entry(id).or_default().push(lang);
+        }
+    }
+    seen
+}
+
 /// 10,000 jobs, one worker per language at once: every job done exactly once,
 /// every worker did some, nothing left behind.
 #[test]
@@ -209,50 +254,13 @@ fn three_languages_share_ten_thousand_jobs_each_done_once() {
         return;
     };
     let queue = "x-shared";
-    let workers: Vec<(Lang, String, Worker)> = [Python, Node, Rust]
-        .into_iter()
-        .map(|lang| {
-            let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
-            let w = Worker::start(
-                lang,
-                &[
-                    "--url",
-                    &url,
-                    "--queue",
-                    queue,
-                    "--done",
-                    &done,
-                    "--concurrency",
-                    "20",
-                ],
-            );
-            (lang, done, w)
-        })
-        .collect();
+    let workers = start_counting_workers(&url, queue, &["--concurrency", "20"]);
     let ids = added_from(Node, &url, queue, 10_000, "");
     assert_eq!(ids.len(), 10_000);
     let unique: BTreeSet<&String> = ids.iter().collect();
     assert_eq!(unique.len(), 10_000, "generated ids collide");
-    wait_until("10,000 jobs done", Duration::from_secs(180), || {
-        let mut total = 0;
-        for (_, done, _) in &workers {
-            let n: usize = run(&mut con, cmd("HLEN").arg(done));
-            total += n;
-        }
-        (total >= 10_000)
-            .then_some(())
-            .ok_or(format!("{total} done"))
-    });
-    let mut seen: BTreeMap<String, Vec<Lang>> = BTreeMap::new();
-    for (lang, done, worker) in workers {
-        worker.stop();
-        let counts = done_counts(&mut con, &done);
-        assert!(!counts.is_empty(), "the {lang:?} worker did no job");
-        for (id, n) in counts {
-            assert_eq!(n, 1, "{id} ran {n} times in {lang:?}");
-            seen.entry(id).or_default().push(lang);
-        }
-    }
+    wait_all_done(&mut con, &workers, 10_000);
+    let seen = stop_and_tally(&mut con, workers);
     let twice: Vec<_> = seen.iter().filter(|(_, langs)| langs.len() > 1).collect();
     assert!(twice.is_empty(), "jobs run by two workers: {twice:?}");
     assert_eq!(
@@ -1029,19 +1037,8 @@ fn spawn_grouped_add(
     group: &str,
 ) -> std::process::Child {
     let n = count.to_string();
-    let args = [
-        "add",
-        "--url",
-        url,
-        "--queue",
-        queue,
-        "--count",
-        &n,
-        "--id-prefix",
-        prefix,
-        "--group",
-        group,
-    ];
+    let mut args = add_args(url, queue, &n, prefix);
+    args.extend(["--group", group]);
     crossworker(lang, &args)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -1076,26 +1073,8 @@ fn small_groups_are_not_stuck_behind_a_big_one() {
         let _: () = run(&mut con, cmd("CONFIG").arg("SET").arg(name).arg(value));
     }
     let started = format!("{{{queue}}}:started");
-    let workers: Vec<(Lang, String, Worker)> = [Python, Node, Rust]
-        .into_iter()
-        .map(|lang| {
-            let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
-            let args = [
-                "--url",
-                &url,
-                "--queue",
-                queue,
-                "--done",
-                &done,
-                "--started",
-                &started,
-                "--concurrency",
-                "10",
-            ];
-            let worker = Worker::start(lang, &args);
-            (lang, done, worker)
-        })
-        .collect();
+    let workers =
+        start_counting_workers(&url, queue, &["--started", &started, "--concurrency", "10"]);
     let mut adding = spawn_grouped_add(Python, &url, queue, big, "big-", "big");
     assert!(
         adding.wait().expect("wait").success(),
@@ -1112,24 +1091,8 @@ fn small_groups_are_not_stuck_behind_a_big_one() {
         assert!(add.wait().expect("wait").success(), "a small group added");
     }
     let total = big + small * per_small;
-    wait_until("every job done", Duration::from_secs(30), || {
-        let mut n = 0;
-        for (_, done, _) in &workers {
-            let len: usize = run(&mut con, cmd("HLEN").arg(done));
-            n += len;
-        }
-        (n >= total).then_some(()).ok_or(format!("{n} done"))
-    });
-    let mut seen: BTreeMap<String, Vec<Lang>> = BTreeMap::new();
-    for (lang, done, worker) in workers {
-        worker.stop();
-        let counts = done_counts(&mut con, &done);
-        assert!(!counts.is_empty(), "the {lang:?} worker did no job");
-        for (id, n) in counts {
-            assert_eq!(n, 1, "{id} ran {n} times in {lang:?}");
-            seen.entry(id).or_default().push(lang);
-        }
-    }
+    wait_all_done(&mut con, &workers, total);
+    let seen = stop_and_tally(&mut con, workers);
     let want: BTreeSet<String> = (0..big)
         .map(|i| format!("big-{i}"))
         .chain((1..=small).flat_map(|g| (0..per_small).map(move |i| format!("s{g}-{i}"))))
