@@ -220,7 +220,8 @@ export class Queue {
     }
     const r = await replies(p);
     return ids.map((id, i) => {
-      const { payload, jobGroup } = r[3 * i + 2] === null ? { payload: null, jobGroup: null } : unwrapPayload(r[3 * i + 2]);
+      const value = r[3 * i + 2];
+      const { payload, jobGroup } = value === null ? { payload: null, jobGroup: null } : unwrapPayload(value);
       return {
         id,
         diedAtMs: scores[i],

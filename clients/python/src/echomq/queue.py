@@ -90,7 +90,9 @@ class Queue:
 
     # -- adding ------------------------------------------------------------------------------
 
-    def _queue_add(self, pipe, jid: bytes, value: bytes, delay_ms: int, given: bool, job_group: Optional[bytes]) -> None:
+    def _queue_add(
+        self, pipe, jid: bytes, value: bytes, delay_ms: int, given: bool, job_group: Optional[bytes]
+    ) -> None:
         """``value``: the payload as stored, wrapped with ``job_group`` (``wrap_payload``)."""
         k = self.keys
         tail = [] if job_group is None else [job_group]
