@@ -1,13 +1,15 @@
 -- One failed job (docs/clients.md, Working, steps 4 and 5).
 -- KEYS: schedule pending dead attempts errors jobs
--- ARGV: id entry policy attempt max_attempts message hold_ms
+-- ARGV: id entry policy attempt max_attempts message hold_ms [job_group]
+-- job_group: the group of a grouped job (read from its payload's envelope, docs/clients.md,
+-- Groups), so that the retry goes back into it; absent for a job without one.
 -- Reply: {fired, held}. fired: the retry's fire time, -1 (dead), -3 (the entry is no longer
 -- pending: a resend whose first try reached the server, or a run settled elsewhere; nothing is
 -- written) or -4 (the job was removed while it ran: the entry is dropped, no trace written).
 -- held: 0 (no hold asked: hold_ms 0 would lift another worker's hold), the hold's end (server
 -- ms), or the hold's refusal as text.
--- Every check comes before the first write, and ECHO.RETRY (which a schedule or dead key of
--- another type refuses) is that first write: a refused failure writes nothing and leaves the
+-- Every check comes before the first write, and ECHO.RETRY (which a schedule, dead or group key
+-- of another type refuses) is that first write: a refused failure writes nothing and leaves the
 -- entry delivered, taken over after the lease, never in no key at all. The hold comes last and
 -- under pcall: a hold that cannot be taken never stops the failure from being written.
 if #redis.call('XPENDING', KEYS[2], 'workers', ARGV[2], ARGV[2], 1) == 0 then return {-3, 0} end
@@ -18,8 +20,14 @@ if redis.call('HEXISTS', KEYS[6], ARGV[1]) == 0 then
   redis.call('XDEL', KEYS[2], ARGV[2])
   return {-4, 0}
 end
-local fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
-                         'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
+local fired
+if ARGV[8] then
+  fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
+                     'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3], 'GROUP', ARGV[8])
+else
+  fired = redis.call('ECHO.RETRY', KEYS[1], ARGV[1], ARGV[3], ARGV[4],
+                     'MAXATTEMPTS', ARGV[5], 'DEAD', KEYS[3])
+end
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
 redis.call('XACK', KEYS[2], 'workers', ARGV[2])

@@ -10,6 +10,9 @@ export interface AddOptions {
   id?: string;
   /** Run no earlier than the server's now + delayMs (0..=10^13). Default 0. */
   delayMs?: number;
+  /** The job's group (1..=1024 bytes of UTF-8): released fairly across groups, under its
+   * group's limit, through the schedule; kept through its retries. Not the workers' consumer group. */
+  group?: string;
 }
 
 export interface AddManyOptions {
@@ -17,6 +20,8 @@ export interface AddManyOptions {
   ids?: Iterable<string>;
   /** Run every job no earlier than the server's now + delayMs. Default 0. */
   delayMs?: number;
+  /** The group of every job, as AddOptions.group. */
+  group?: string;
 }
 
 export interface Counts {
@@ -40,6 +45,8 @@ export interface DeadRecord {
   error: string | null;
   /** null when the payload is gone. */
   payload: Buffer | null;
+  /** The job's group, null without one. */
+  group: string | null;
 }
 
 /** Generates a time-ordered unique job id: `<13-digit Unix ms>-<16 hex digits>`. */
@@ -84,6 +91,8 @@ export interface Job {
   /** The pending entry that delivered this run, for logs (the stream entry id the worker read
    * or claimed, e.g. "1796129508963-0"). */
   readonly entryId: string;
+  /** The job's group (add()'s `group`), null without one. */
+  readonly group: string | null;
 }
 
 export type Handler = (job: Job) => unknown | Promise<unknown>;

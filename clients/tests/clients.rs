@@ -199,6 +199,51 @@ fn the_dead_set_one_language_writes_the_others_read() {
     );
 }
 
+/// A worker per language on `queue`, each counting its successes in its
+/// own `{queue}:done-<lang>` hash, with `extra` options.
+fn start_counting_workers(url: &str, queue: &str, extra: &[&str]) -> Vec<(Lang, String, Worker)> {
+    [Python, Node, Rust]
+        .into_iter()
+        .map(|lang| {
+            let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
+            let base = ["--url", url, "--queue", queue, "--done", &done];
+            let worker = Worker::start(lang, &[&base[..], extra].concat());
+            (lang, done, worker)
+        })
+        .collect()
+}
+
+/// Waits until the workers' done hashes hold `total` jobs between them.
+fn wait_all_done(con: &mut Connection, workers: &[(Lang, String, Worker)], total: usize) {
+    wait_until("every job done", Duration::from_secs(180), || {
+        let mut n = 0;
+        for (_, done, _) in workers {
+            let len: usize = run(con, cmd("HLEN").arg(done));
+            n += len;
+        }
+        (n >= total).then_some(()).ok_or(format!("{n} done"))
+    });
+}
+
+/// Stops the workers; every job each did, with the languages that did it
+/// (checked: each worker did some, none did a job twice).
+fn stop_and_tally(
+    con: &mut Connection,
+    workers: Vec<(Lang, String, Worker)>,
+) -> BTreeMap<String, Vec<Lang>> {
+    let mut seen: BTreeMap<String, Vec<Lang>> = BTreeMap::new();
+    for (lang, done, worker) in workers {
+        worker.stop();
+        let counts = done_counts(con, &done);
+        assert!(!counts.is_empty(), "the {lang:?} worker did no job");
+        for (id, n) in counts {
+            assert_eq!(n, 1, "{id} ran {n} times in {lang:?}");
+            seen.entry(id).or_default().push(lang);
+        }
+    }
+    seen
+}
+
 /// 10,000 jobs, one worker per language at once: every job done exactly once,
 /// every worker did some, nothing left behind.
 #[test]
@@ -209,50 +254,13 @@ fn three_languages_share_ten_thousand_jobs_each_done_once() {
         return;
     };
     let queue = "x-shared";
-    let workers: Vec<(Lang, String, Worker)> = [Python, Node, Rust]
-        .into_iter()
-        .map(|lang| {
-            let done = format!("{{{queue}}}:done-{lang:?}").to_lowercase();
-            let w = Worker::start(
-                lang,
-                &[
-                    "--url",
-                    &url,
-                    "--queue",
-                    queue,
-                    "--done",
-                    &done,
-                    "--concurrency",
-                    "20",
-                ],
-            );
-            (lang, done, w)
-        })
-        .collect();
+    let workers = start_counting_workers(&url, queue, &["--concurrency", "20"]);
     let ids = added_from(Node, &url, queue, 10_000, "");
     assert_eq!(ids.len(), 10_000);
     let unique: BTreeSet<&String> = ids.iter().collect();
     assert_eq!(unique.len(), 10_000, "generated ids collide");
-    wait_until("10,000 jobs done", Duration::from_secs(180), || {
-        let mut total = 0;
-        for (_, done, _) in &workers {
-            let n: usize = run(&mut con, cmd("HLEN").arg(done));
-            total += n;
-        }
-        (total >= 10_000)
-            .then_some(())
-            .ok_or(format!("{total} done"))
-    });
-    let mut seen: BTreeMap<String, Vec<Lang>> = BTreeMap::new();
-    for (lang, done, worker) in workers {
-        worker.stop();
-        let counts = done_counts(&mut con, &done);
-        assert!(!counts.is_empty(), "the {lang:?} worker did no job");
-        for (id, n) in counts {
-            assert_eq!(n, 1, "{id} ran {n} times in {lang:?}");
-            seen.entry(id).or_default().push(lang);
-        }
-    }
+    wait_all_done(&mut con, &workers, 10_000);
+    let seen = stop_and_tally(&mut con, workers);
     let twice: Vec<_> = seen.iter().filter(|(_, langs)| langs.len() > 1).collect();
     assert!(twice.is_empty(), "jobs run by two workers: {twice:?}");
     assert_eq!(
@@ -1016,4 +1024,104 @@ fn each_library_runs_as_the_documented_acl_user() {
         assert_eq!(purged.trim(), planned_dead.to_string(), "{lang:?}: purged");
         assert_eq!(acl_log(&mut admin), [], "{lang:?}: refused by the ACL");
     }
+}
+
+/// `count` jobs of the job group `group` (not the consumer group) added by
+/// `lang`'s crossworker with the ids `<prefix>0` ..: a child still running.
+fn spawn_grouped_add(
+    lang: Lang,
+    url: &str,
+    queue: &str,
+    count: usize,
+    prefix: &str,
+    group: &str,
+) -> std::process::Child {
+    let n = count.to_string();
+    let mut args = add_args(url, queue, &n, prefix);
+    args.extend(["--group", group]);
+    crossworker(lang, &args)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{lang:?} crossworker add: {e}"))
+}
+
+/// Groups across the languages: one job group of 3,000 jobs added first (in
+/// Python), then 5 groups of 20 each (in Node.js and Rust), on a queue
+/// released by the server's timer at 500/s: every job of the small groups
+/// starts before at most ~1,000 of the big group's (in FIFO order they
+/// would wait behind all 3,000), with workers of all three languages, each
+/// job done exactly once.
+#[test]
+fn small_groups_are_not_stuck_behind_a_big_one() {
+    let Some((_server, url, mut con)) =
+        three_languages("small_groups_are_not_stuck_behind_a_big_one")
+    else {
+        return;
+    };
+    let queue = "x-fair";
+    let (big, small, per_small) = (3_000, 5, 20);
+    for (name, value) in [
+        (
+            "echomq.release-limits",
+            format!("{{{queue}}}:schedule 500/s 50"),
+        ),
+        (
+            "echomq.auto-promote",
+            format!("{{{queue}}}:schedule {{{queue}}}:pending"),
+        ),
+    ] {
+        let _: () = run(&mut con, cmd("CONFIG").arg("SET").arg(name).arg(value));
+    }
+    let started = format!("{{{queue}}}:started");
+    let workers =
+        start_counting_workers(&url, queue, &["--started", &started, "--concurrency", "10"]);
+    let mut adding = spawn_grouped_add(Python, &url, queue, big, "big-", "big");
+    assert!(
+        adding.wait().expect("wait").success(),
+        "the big group added"
+    );
+    let adds: Vec<_> = (1..=small)
+        .map(|g| {
+            let lang = if g % 2 == 0 { Node } else { Rust };
+            let (prefix, group) = (format!("s{g}-"), format!("s{g}"));
+            spawn_grouped_add(lang, &url, queue, per_small, &prefix, &group)
+        })
+        .collect();
+    for mut add in adds {
+        assert!(add.wait().expect("wait").success(), "a small group added");
+    }
+    let total = big + small * per_small;
+    wait_all_done(&mut con, &workers, total);
+    let seen = stop_and_tally(&mut con, workers);
+    let want: BTreeSet<String> = (0..big)
+        .map(|i| format!("big-{i}"))
+        .chain((1..=small).flat_map(|g| (0..per_small).map(move |i| format!("s{g}-{i}"))))
+        .collect();
+    assert_eq!(
+        seen.keys().cloned().collect::<BTreeSet<_>>(),
+        want,
+        "the jobs done are the jobs added"
+    );
+    assert!(
+        seen.values().all(|langs| langs.len() == 1),
+        "a job run by two workers"
+    );
+    let order: Vec<String> = run(&mut con, cmd("LRANGE").arg(&started).arg(0).arg(-1));
+    assert_eq!(order.len(), total, "each job started once");
+    let last_small = order
+        .iter()
+        .rposition(|id| !id.starts_with("big-"))
+        .expect("small jobs ran");
+    let big_before = order[..last_small]
+        .iter()
+        .filter(|id| id.starts_with("big-"))
+        .count();
+    eprintln!("big-group jobs started before the last small-group job: {big_before} of {big}");
+    assert!(
+        big_before <= 1_000,
+        "{big_before} of the big group's jobs started before the last small group's job"
+    );
+    let keys: Vec<String> = run(&mut con, cmd("KEYS").arg(format!("{{{queue}}}:schedule*")));
+    assert_eq!(keys, Vec::<String>::new(), "no group key left");
+    assert_queue_empty(&mut con, queue);
 }

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { Command } from "iovalkey";
+import { JOB_GROUP_ENVELOPE, MAX_JOB_GROUP_BYTES } from "./protocol.js";
 
 // The six keys of a queue, under one hash tag so a cluster keeps them on one slot.
 export function queueKeys(name) {
@@ -87,4 +88,57 @@ export class Script {
       return connection.eval(this.lua, this.keyCount, ...keys, ...args);
     }
   }
+}
+
+// A job's group (add(..., { group }); not the stream's consumer group) checked as ECHO.ADD
+// checks it, before anything is sent: 1..=1024 bytes of UTF-8. undefined or null: no group.
+export function checkJobGroup(group) {
+  if (group === undefined || group === null) return null;
+  if (typeof group !== "string") throw new TypeError("a job group is a string");
+  if (LONE_SURROGATE.test(group)) throw new TypeError("a job group is valid UTF-8: this one holds a lone surrogate");
+  const bytes = Buffer.byteLength(group);
+  if (bytes < 1 || bytes > MAX_JOB_GROUP_BYTES) {
+    throw new RangeError(`a job group must be 1..=${MAX_JOB_GROUP_BYTES} bytes, not ${bytes}`);
+  }
+  return group;
+}
+
+// A JavaScript string may hold lone surrogates, which have no UTF-8 form.
+export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+// The value stored in {name}:jobs: the payload itself, or for a grouped job the envelope
+// `\0echomq-group:<n>:<group>` before it, so that a worker of any language retries the job into
+// its group. A payload that starts like an envelope is wrapped with n = 0 (no group), so it is
+// never misread; any other payload without a group is stored as it is.
+export function wrapPayload(payload, jobGroup) {
+  if (jobGroup === null) {
+    const head = typeof payload === "string" ? Buffer.from(payload.slice(0, JOB_GROUP_ENVELOPE.length)) : payload;
+    if (!startsWithEnvelope(head)) return payload;
+    jobGroup = "";
+  }
+  const group = Buffer.from(jobGroup);
+  const body = typeof payload === "string" ? Buffer.from(payload) : payload;
+  return Buffer.concat([JOB_GROUP_ENVELOPE, Buffer.from(`${group.length}:`), group, body]);
+}
+
+function startsWithEnvelope(value) {
+  return value.length >= JOB_GROUP_ENVELOPE.length
+    && JOB_GROUP_ENVELOPE.equals(value.subarray(0, JOB_GROUP_ENVELOPE.length));
+}
+
+// wrapPayload undone: { payload, jobGroup } (jobGroup the group's bytes as stored, so that a
+// retry names exactly that group; null without one). A value that is not a whole envelope is a
+// payload as it is.
+export function unwrapPayload(value) {
+  const whole = { payload: value, jobGroup: null };
+  if (!startsWithEnvelope(value)) return whole;
+  const start = JOB_GROUP_ENVELOPE.length;
+  const colon = value.subarray(start, start + 5).indexOf(0x3a);
+  if (colon < 1) return whole;
+  const digits = value.toString("latin1", start, start + colon);
+  if (!/^[0-9]+$/.test(digits)) return whole;
+  const n = Number(digits);
+  const from = start + colon + 1;
+  if (n > MAX_JOB_GROUP_BYTES || from + n > value.length) return whole;
+  return { payload: value.subarray(from + n), jobGroup: n === 0 ? null : value.subarray(from, from + n) };
 }

@@ -22,7 +22,10 @@ export const SCRIPT_FILES = {
 export const SCRIPTS = Object.fromEntries(Object.entries(SCRIPT_FILES).map(([k, f]) => [k, text(f)]));
 
 const c = JSON.parse(text("constants.json"));
-export const GROUP = c.group;
+export const GROUP = c.group; // the stream's consumer group, not a job's group
+// A grouped job's payload entry starts with NUL and this (docs/clients.md, Groups).
+export const JOB_GROUP_ENVELOPE = Buffer.from(`\0${c.job_group_envelope}`);
+export const MAX_JOB_GROUP_BYTES = c.max_job_group_bytes; // what ECHO.ADD ... GROUP takes
 export const MAX_DELAY_MS = c.max_delay_ms; // the range ECHO.SCHEDULE takes
 export const MAX_HOLD_MS = c.max_hold_ms; // the most ECHO.HOLD takes (a day)
 export const MAX_ERROR_BYTES = c.max_error_bytes;

@@ -1,5 +1,7 @@
 import { randomBytes } from "node:crypto";
-import { Script, makeStream, onSlot, queueKeys, timeMs } from "./keys.js";
+import {
+  LONE_SURROGATE, Script, checkJobGroup, makeStream, onSlot, queueKeys, timeMs, unwrapPayload, wrapPayload,
+} from "./keys.js";
 import { ADD_BATCH, GROUP, MAX_DELAY_MS, SCRIPTS } from "./protocol.js";
 
 // add() with an id given by the caller: nothing happens while a job with that id exists.
@@ -42,9 +44,6 @@ function checkDelay(delayMs) {
   return delayMs;
 }
 
-// A JavaScript string may hold lone surrogates, which have no UTF-8 form.
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
 function checkId(id) {
   if (typeof id !== "string" || id === "") throw new TypeError("a job id is a non-empty string");
   if (LONE_SURROGATE.test(id)) throw new TypeError("a job id is valid UTF-8: this one holds a lone surrogate");
@@ -61,6 +60,13 @@ export async function replies(pipeline) {
   });
 }
 
+// add_with_id.lua's arguments: the stream's consumer group (GROUP), then the job's own group
+// when it has one.
+function addArgs(id, payload, delayMs, jobGroup) {
+  const args = [id, payload, String(delayMs), GROUP];
+  return jobGroup === null ? args : [...args, jobGroup];
+}
+
 export class Queue {
   constructor(connection, name) {
     // A Redis (one server) or a Cluster: every key of the queue has the hash tag {name}, so
@@ -73,24 +79,30 @@ export class Queue {
     this.keys = queueKeys(name);
   }
 
-  async add(payload, { id, delayMs = 0 } = {}) {
-    payload = checkPayload(payload);
+  // With `group` (1..=1024 bytes) the job is released fairly across groups, under its group's
+  // limit, and keeps its group through its retries (docs/clients.md, Groups).
+  async add(payload, { id, delayMs = 0, group } = {}) {
+    const jobGroup = checkJobGroup(group);
+    payload = wrapPayload(checkPayload(payload), jobGroup);
     checkDelay(delayMs);
     const k = this.keys;
     if (id !== undefined && id !== null) {
       checkId(id);
-      await ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, payload, String(delayMs), GROUP]);
+      await ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], addArgs(id, payload, delayMs, jobGroup));
       return id;
     }
     id = newJobId();
     await this.#makeStream();
-    await this.#addedOrTakenBack(this.connection.multi().hset(k.jobs, id, payload).call(...this.#enqueue(id, delayMs)), [id]);
+    const multi = this.connection.multi().hset(k.jobs, id, payload).call(...this.#enqueue(id, delayMs, jobGroup));
+    await this.#addedOrTakenBack(multi, [id]);
     return id;
   }
 
-  // One job per payload; with `ids` (one per payload) each add is idempotent as add()'s.
-  async addMany(payloads, { ids, delayMs = 0 } = {}) {
-    const list = Array.from(payloads, checkPayload);
+  // One job per payload; with `ids` (one per payload) each add is idempotent as add()'s;
+  // `group`, the group of every one, as add()'s.
+  async addMany(payloads, { ids, delayMs = 0, group } = {}) {
+    const jobGroup = checkJobGroup(group);
+    const list = Array.from(payloads, (p) => wrapPayload(checkPayload(p), jobGroup));
     checkDelay(delayMs);
     const k = this.keys;
     if (ids !== undefined && ids !== null) {
@@ -100,9 +112,8 @@ export class Queue {
       }
       await ADD_WITH_ID.load(this.connection, k.jobs);
       // Every script is written at once: they travel pipelined.
-      const delay = String(delayMs);
       await Promise.all(given.map((id, i) =>
-        ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], [id, list[i], delay, GROUP])));
+        ADD_WITH_ID.run(this.connection, [k.jobs, k.pending, k.schedule], addArgs(id, list[i], delayMs, jobGroup))));
       return given;
     }
     const made = list.map(() => newJobId());
@@ -113,7 +124,7 @@ export class Queue {
       const multi = this.connection.multi();
       const end = Math.min(start + ADD_BATCH, list.length);
       for (let i = start; i < end; i++) {
-        multi.hset(k.jobs, made[i], list[i]).call(...this.#enqueue(made[i], delayMs));
+        multi.hset(k.jobs, made[i], list[i]).call(...this.#enqueue(made[i], delayMs, jobGroup));
       }
       sent.push(this.#addedOrTakenBack(multi, made.slice(start, end)));
     }
@@ -150,10 +161,12 @@ export class Queue {
   }
 
   // The server decides where a run goes: straight into pending when nothing governs the
-  // queue's release, else into the schedule, so its release limit and hold apply to first runs.
-  #enqueue(id, delayMs) {
+  // queue's release, else into the schedule, so its release limit and hold apply to first runs
+  // (a grouped job always goes through its group's part of the schedule).
+  #enqueue(id, delayMs, jobGroup) {
     const k = this.keys;
-    return ["ECHO.ADD", k.schedule, k.pending, id, "DELAY", String(delayMs)];
+    const add = ["ECHO.ADD", k.schedule, k.pending, id, "DELAY", String(delayMs)];
+    return jobGroup === null ? add : [...add, "GROUP", jobGroup];
   }
 
   async counts() {
@@ -206,13 +219,18 @@ export class Queue {
       p.hget(k.attempts, flat[i]).hget(k.errors, flat[i]).hgetBuffer(k.jobs, flat[i]);
     }
     const r = await replies(p);
-    return ids.map((id, i) => ({
-      id,
-      diedAtMs: scores[i],
-      attempts: r[3 * i] === null ? 0 : Number(r[3 * i]),
-      error: r[3 * i + 1],
-      payload: r[3 * i + 2],
-    }));
+    return ids.map((id, i) => {
+      const value = r[3 * i + 2];
+      const { payload, jobGroup } = value === null ? { payload: null, jobGroup: null } : unwrapPayload(value);
+      return {
+        id,
+        diedAtMs: scores[i],
+        attempts: r[3 * i] === null ? 0 : Number(r[3 * i]),
+        error: r[3 * i + 1],
+        payload,
+        group: jobGroup === null ? null : jobGroup.toString(),
+      };
+    });
   }
 
   async requeue(id) {

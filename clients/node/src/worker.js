@@ -1,7 +1,7 @@
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { Script, isCluster, makeStream, onSlot, timeMs } from "./keys.js";
+import { Script, isCluster, makeStream, onSlot, timeMs, unwrapPayload } from "./keys.js";
 import { DEFAULTS as PROTOCOL_DEFAULTS, GROUP, MAX_ERROR_BYTES, MAX_HOLD_MS, PROMOTE_LIMIT, SCRIPTS, SUCCESS_BATCH } from "./protocol.js";
 
 // What a handler throws when the dependency answered 429 or 503 with a Retry-After: the
@@ -519,10 +519,14 @@ export class Worker extends EventEmitter {
           i++;
           if (payload === null) {
             this.#drop(e.entry); // removed: acknowledged, nothing runs
-          } else if (e.deliveries > this.maxDeliveries) {
-            this.#settle(e.entry, e.job, attempt, new Error(`delivered ${e.deliveries} times without an outcome`));
           } else {
-            this.#start(e.entry, e.job, payload, attempt);
+            const run = unwrapPayload(payload);
+            if (e.deliveries > this.maxDeliveries) {
+              const error = new Error(`delivered ${e.deliveries} times without an outcome`);
+              this.#settle(e.entry, e.job, attempt, error, run.jobGroup);
+            } else {
+              this.#start(e.entry, e.job, run.payload, attempt, run.jobGroup);
+            }
           }
         }
         return;
@@ -552,23 +556,24 @@ export class Worker extends EventEmitter {
     this.#release(entries);
   }
 
-  #start(entry, id, payload, attempt) {
+  // jobGroup: the job's group (from its payload's envelope), null without one.
+  #start(entry, id, payload, attempt, jobGroup) {
     let result;
+    const failed = (err) => this.#settle(entry, id, attempt,
+      err === null || err === undefined ? new Error(String(err)) : err, jobGroup);
     try {
       // entryId: the pending entry that delivered this run, for logs (a job's later runs, and a
       // run taken over, come from other entries).
-      result = this.#handler({ id, payload, attempt, entryId: entry });
+      const group = jobGroup === null ? null : jobGroup.toString();
+      result = this.#handler({ id, payload, attempt, entryId: entry, group });
     } catch (err) {
-      this.#settle(entry, id, attempt, err === null || err === undefined ? new Error(String(err)) : err);
+      failed(err);
       return;
     }
     if (result && typeof result.then === "function") {
-      result.then(
-        () => this.#settle(entry, id, attempt, null),
-        (err) => this.#settle(entry, id, attempt, err === null || err === undefined ? new Error(String(err)) : err),
-      );
+      result.then(() => this.#settle(entry, id, attempt, null, jobGroup), failed);
     } else {
-      this.#settle(entry, id, attempt, null);
+      this.#settle(entry, id, attempt, null, jobGroup);
     }
   }
 
@@ -587,7 +592,7 @@ export class Worker extends EventEmitter {
     this.#scheduleTick();
   }
 
-  #settle(entry, id, attempt, error) {
+  #settle(entry, id, attempt, error, jobGroup) {
     if (this.#abandoned || !this.#toConfirm(entry)) return; // left to another worker at shutdown
     this.#busy--;
     if (error === null) {
@@ -599,7 +604,7 @@ export class Worker extends EventEmitter {
         holdMs = Math.min(MAX_HOLD_MS, Math.max(0, Math.round(error.ms)));
         if (holdMs > 0) this.#holdsUnsent++;
       }
-      this.#failures.push({ entry, id, attempt, message: errorText(error), holdMs });
+      this.#failures.push({ entry, id, attempt, message: errorText(error), holdMs, jobGroup });
     }
     this.#scheduleTick();
   }
@@ -688,6 +693,8 @@ export class Worker extends EventEmitter {
     for (const f of failures) {
       const args = [f.id, f.entry, this.backoff, String(f.attempt), String(this.maxAttempts), f.message,
         String(f.holdMs)];
+      // A grouped job is retried into its group.
+      if (f.jobGroup !== null) args.push(f.jobGroup);
       sent(FAIL.run(this.#conn, keys, args), [f.entry], () => this.#failures.push(f), (reply) => {
         // The failure was written (or was settled before, -3, or the job removed, -4); a
         // refused hold (held is the refusal's text) is reported, the worker goes on.

@@ -6,7 +6,8 @@
 //                    [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //                    [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
 //                    [--crash-on ID] [--log-takes] [--jobs N] [--deadline-secs S]
-//   crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--cluster]
+//   crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--group G]
+//                   [--cluster]
 //   crossworker dead --url URL --queue NAME [--cluster]
 //   crossworker requeue --url URL --queue NAME --id ID [--cluster]
 //   crossworker purge --url URL --queue NAME [--older-than-ms MS] [--cluster]
@@ -191,6 +192,7 @@ async function add(values, queue) {
   const ids = await queue.addMany(payloads, {
     ids: prefix === undefined ? undefined : payloads.map((_, i) => `${prefix}${i}`),
     delayMs,
+    group: values.group,
   });
   await write(ids.join("\n"));
 }
@@ -251,6 +253,7 @@ async function main() {
       count: { type: "string" },
       "id-prefix": { type: "string" },
       "delay-ms": { type: "string" },
+      group: { type: "string" },
       id: { type: "string" },
       "older-than-ms": { type: "string" },
     },

@@ -7,6 +7,7 @@
                       [--crash-on ID] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
                       [--log-takes] [--jobs N] [--deadline-secs S]
   crossworker.py add --url URL --queue NAME [--cluster] --count N [--id-prefix P] [--delay-ms D]
+                     [--group G]
   crossworker.py dead --url URL --queue NAME [--cluster]
   crossworker.py requeue --url URL --queue NAME [--cluster] --id ID
   crossworker.py purge --url URL --queue NAME [--cluster] [--older-than-ms MS]
@@ -233,7 +234,7 @@ def add(args) -> int:
     ids = None
     if args.id_prefix is not None:
         ids = ["%s%d" % (args.id_prefix, i) for i in range(args.count)]
-    for job_id in queue.add_many(payloads, ids=ids, delay_ms=args.delay_ms):
+    for job_id in queue.add_many(payloads, ids=ids, delay_ms=args.delay_ms, group=args.group):
         print(job_id)
     sys.stdout.flush()
     return 0
@@ -312,6 +313,7 @@ def main(argv=None) -> int:
     a.add_argument("--count", type=int, required=True)
     a.add_argument("--id-prefix")
     a.add_argument("--delay-ms", type=int, default=0)
+    a.add_argument("--group")
     d = sub.add_parser("dead")
     common(d)
     r = sub.add_parser("requeue")

@@ -7,7 +7,8 @@
 //!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //!                  [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
 //!                  [--crash-on ID] [--log-takes] [--jobs N] [--deadline-secs S]
-//! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--cluster]
+//! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--group G]
+//!                 [--cluster]
 //! crossworker dead --url URL --queue NAME [--cluster]
 //! crossworker requeue --url URL --queue NAME --id ID [--cluster]
 //! crossworker purge --url URL --queue NAME [--older-than-ms MS] [--cluster]
@@ -392,6 +393,7 @@ async fn add(options: &HashMap<String, String>) -> Result<(), String> {
             AddOptions {
                 id: prefix.map(|p| format!("{p}{i}")),
                 delay_ms,
+                group: options.get("group").cloned(),
             },
         )
     });

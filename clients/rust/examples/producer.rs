@@ -32,7 +32,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let queue = Queue::new(redis::Client::open(url)?, queue).await?;
     let jobs = (0..count).map(|i| {
         let target = &targets[i as usize % targets.len()];
-        (target.clone(), AddOptions { id: None, delay_ms })
+        (
+            target.clone(),
+            AddOptions {
+                id: None,
+                delay_ms,
+                group: None,
+            },
+        )
     });
     let ids = queue.add_many_with(jobs).await?;
     println!("added {} jobs to {}", ids.len(), queue.name());

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod envelope;
 mod protocol;
 mod queue;
 mod worker;

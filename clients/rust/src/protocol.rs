@@ -22,8 +22,13 @@ pub(crate) const PURGE_DEAD: &str = include_str!("../../../protocol/purge_dead.l
 
 const CONSTANTS: &str = include_str!("../../../protocol/constants.json");
 
-/// The consumer group every worker of every language joins.
+/// The consumer group every worker of every language joins (not a job's
+/// group, `AddOptions::group`).
 pub(crate) const GROUP: &str = string(CONSTANTS, "group");
+/// What a grouped job's payload entry starts with, after a NUL byte.
+pub(crate) const JOB_GROUP_ENVELOPE: &str = string(CONSTANTS, "job_group_envelope");
+/// The longest job group `ECHO.ADD ... GROUP` takes.
+pub(crate) const MAX_JOB_GROUP_BYTES: usize = number(CONSTANTS, "max_job_group_bytes") as usize;
 /// The largest `delay_ms` (`ECHO.SCHEDULE` takes `0..=10^13`).
 pub const MAX_DELAY_MS: u64 = number(CONSTANTS, "max_delay_ms");
 /// The longest hold `ECHO.HOLD` takes (a day).
@@ -163,6 +168,8 @@ mod tests {
         let json = file("constants.json");
         for (key, value) in [
             ("group", GROUP.to_string()),
+            ("job_group_envelope", JOB_GROUP_ENVELOPE.to_string()),
+            ("max_job_group_bytes", MAX_JOB_GROUP_BYTES.to_string()),
             ("max_delay_ms", MAX_DELAY_MS.to_string()),
             ("max_hold_ms", MAX_HOLD_MS.to_string()),
             ("max_error_bytes", MAX_ERROR_BYTES.to_string()),

@@ -14,6 +14,7 @@ use redis::{
     Script, ServerErrorKind, Value,
 };
 
+use crate::envelope;
 use crate::protocol::{ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE};
 
 /// A time-ordered unique id: the client's Unix time in ms as 13 digits, `-`,
@@ -39,6 +40,10 @@ pub struct AddOptions {
     pub id: Option<String>,
     /// Run no earlier than this many ms after the add, by the server's clock.
     pub delay_ms: u64,
+    /// The job's group (1..=1024 bytes; not the workers' consumer group):
+    /// released fairly across groups, under its group's limit, always
+    /// through the schedule, and retried into it (docs/clients.md, Groups).
+    pub group: Option<String>,
 }
 
 /// How many jobs are where (see [`Queue::counts`]).
@@ -68,6 +73,8 @@ pub struct DeadJob {
     pub error: Option<String>,
     /// The payload (`None` when it is gone, e.g. removed meanwhile).
     pub payload: Option<Vec<u8>>,
+    /// The job's group ([`AddOptions::group`]), `None` without one.
+    pub group: Option<String>,
 }
 
 /// A queue: six keys under the hash tag `{name}`.
@@ -440,10 +447,7 @@ impl Queue {
     /// Adds one job and returns its id. With `options.id` set and a job of
     /// that id existing, nothing changes and the id is returned.
     pub async fn add(&self, payload: impl AsRef<[u8]>, options: AddOptions) -> RedisResult<String> {
-        check_delay(options.delay_ms)?;
-        if let Some(id) = &options.id {
-            check_id(id)?;
-        }
+        check_options(&options)?;
         let mut conn = self.conn.clone();
         if options.id.is_some() || conn.is_cluster() {
             // On a cluster a job with a new id is added by the script too:
@@ -451,21 +455,24 @@ impl Queue {
             // broken connection, and the script finds the first try's
             // payload and adds nothing, where a transaction would add the
             // job's entry twice (and so run it twice).
-            let id = options.id.unwrap_or_else(new_job_id);
-            let payload = payload.as_ref();
-            let delay_ms = options.delay_ms;
+            let id = options.id.clone().unwrap_or_else(new_job_id);
+            let value = envelope::wrap(payload.as_ref(), options.group.as_deref());
             let _: i64 = self
                 .resent_on_cluster(|| async {
-                    Script::new(ADD_WITH_ID)
+                    let script = Script::new(ADD_WITH_ID);
+                    let mut invocation = script.prepare_invoke();
+                    invocation
                         .key(&self.keys.jobs)
                         .key(&self.keys.pending)
                         .key(&self.keys.schedule)
                         .arg(&id)
-                        .arg(payload)
-                        .arg(delay_ms)
-                        .arg(GROUP)
-                        .invoke_async(&mut self.conn.clone())
-                        .await
+                        .arg(value.as_ref())
+                        .arg(options.delay_ms)
+                        .arg(GROUP);
+                    if let Some(group) = &options.group {
+                        invocation.arg(group);
+                    }
+                    invocation.invoke_async(&mut self.conn.clone()).await
                 })
                 .await?;
             return Ok(id);
@@ -476,7 +483,7 @@ impl Queue {
         // The errors inside EXEC's reply as values: which command was
         // refused says which payload to take back.
         pipe.atomic().ignore_errors();
-        self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
+        self.push_add(&mut pipe, &id, payload.as_ref(), &options);
         let replies: Value = pipe.query_async(&mut conn).await?;
         self.take_back_refused(refused_new_ids(&replies, [Some(id.as_str())]))
             .await;
@@ -545,15 +552,24 @@ impl Queue {
 
     /// `HSET` and `ECHO.ADD` of a job with a new id: the server decides
     /// whether its run goes straight into pending or into the schedule, so
-    /// the queue's release limit and hold govern first runs too.
-    fn push_add(&self, pipe: &mut redis::Pipeline, id: &str, payload: &[u8], delay_ms: u64) {
-        pipe.cmd("HSET").arg(&self.keys.jobs).arg(id).arg(payload);
-        pipe.cmd("ECHO.ADD")
+    /// the queue's release limit and hold govern first runs too (a grouped
+    /// job always goes through its group's part of the schedule).
+    fn push_add(&self, pipe: &mut redis::Pipeline, id: &str, payload: &[u8], options: &AddOptions) {
+        let value = envelope::wrap(payload, options.group.as_deref());
+        pipe.cmd("HSET")
+            .arg(&self.keys.jobs)
+            .arg(id)
+            .arg(value.as_ref());
+        let add = pipe
+            .cmd("ECHO.ADD")
             .arg(&self.keys.schedule)
             .arg(&self.keys.pending)
             .arg(id)
             .arg("DELAY")
-            .arg(delay_ms);
+            .arg(options.delay_ms);
+        if let Some(group) = &options.group {
+            add.arg("GROUP").arg(group);
+        }
     }
 
     /// `EVALSHA` of the add script (loaded before it in the same pipeline or
@@ -565,19 +581,24 @@ impl Queue {
         script: &Script,
         id: &str,
         payload: &[u8],
-        delay_ms: u64,
+        options: &AddOptions,
     ) {
-        pipe.cmd("EVALSHA")
+        let value = envelope::wrap(payload, options.group.as_deref());
+        let call = pipe
+            .cmd("EVALSHA")
             .arg(script.get_hash())
             .arg(3)
             .arg(&self.keys.jobs)
             .arg(&self.keys.pending)
             .arg(&self.keys.schedule)
             .arg(id)
-            .arg(payload)
-            .arg(delay_ms)
-            .arg(GROUP)
-            .ignore();
+            .arg(value.as_ref())
+            .arg(options.delay_ms)
+            .arg(GROUP);
+        if let Some(group) = &options.group {
+            call.arg(group);
+        }
+        call.ignore();
     }
 
     /// Adds jobs with generated ids, run as soon as possible; returns the ids
@@ -603,10 +624,7 @@ impl Queue {
         }
         // Checked before anything is sent: a bad job sends none of them.
         for (_, options) in &jobs {
-            check_delay(options.delay_ms)?;
-            if let Some(id) = &options.id {
-                check_id(id)?;
-            }
+            check_options(options)?;
         }
         let script = Script::new(ADD_WITH_ID);
         if self.conn.is_cluster() {
@@ -627,18 +645,12 @@ impl Queue {
             for (payload, options) in chunk {
                 match &options.id {
                     Some(id) => {
-                        self.push_add_with_id(
-                            &mut pipe,
-                            &script,
-                            id,
-                            payload.as_ref(),
-                            options.delay_ms,
-                        );
+                        self.push_add_with_id(&mut pipe, &script, id, payload.as_ref(), options);
                         ids.push(id.clone());
                     }
                     None => {
                         let id = new_job_id();
-                        self.push_add(&mut pipe, &id, payload.as_ref(), options.delay_ms);
+                        self.push_add(&mut pipe, &id, payload.as_ref(), options);
                         ids.push(id);
                     }
                 }
@@ -694,7 +706,7 @@ impl Queue {
             pipe.cmd("MULTI").ignore();
             pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_WITH_ID).ignore();
             for ((payload, options), id) in chunk.iter().zip(chunk_ids) {
-                self.push_add_with_id(&mut pipe, script, id, payload.as_ref(), options.delay_ms);
+                self.push_add_with_id(&mut pipe, script, id, payload.as_ref(), options);
             }
             pipe.cmd("EXEC");
             let replies: Vec<Value> = self
@@ -772,14 +784,19 @@ impl Queue {
         let flat: Vec<Value> = pipe.query_async(&mut conn).await?;
         let mut out = Vec::with_capacity(ranked.len());
         for ((id, score), fields) in ranked.into_iter().zip(flat.chunks(3)) {
-            let (attempts, error, payload): Fields =
+            let (attempts, error, value): Fields =
                 redis::from_redis_value(Value::Array(fields.to_vec()))?;
+            let (payload, group) = match value.map(envelope::unwrap) {
+                Some((payload, group)) => (Some(payload), group),
+                None => (None, None),
+            };
             out.push(DeadJob {
                 id,
                 died_at_ms: score as i64,
                 attempts: attempts.unwrap_or(0),
                 error: error.map(|e| String::from_utf8_lossy(&e).into_owned()),
                 payload,
+                group: group.map(|g| String::from_utf8_lossy(&g).into_owned()),
             });
         }
         Ok(out)
@@ -887,6 +904,18 @@ fn exec_error(reply: Value) -> RedisResult<()> {
         Value::Array(items) => items.into_iter().try_for_each(exec_error),
         _ => Ok(()),
     }
+}
+
+/// An add's options checked before anything is sent: a bad one sends none.
+fn check_options(options: &AddOptions) -> RedisResult<()> {
+    check_delay(options.delay_ms)?;
+    if let Some(id) = &options.id {
+        check_id(id)?;
+    }
+    if let Some(group) = &options.group {
+        envelope::check_job_group(group)?;
+    }
+    Ok(())
 }
 
 fn check_delay(delay_ms: u64) -> RedisResult<()> {

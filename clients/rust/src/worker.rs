@@ -12,6 +12,7 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult, Script, Value};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::envelope;
 use crate::protocol::{
     DEFAULT_BACKOFF, DEFAULT_LEASE_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DELIVERIES,
     DEFAULT_SHUTDOWN_TIMEOUT_MS, FAIL, GROUP, HAND_BACK, MAX_ERROR_BYTES, MAX_HOLD_MS,
@@ -32,6 +33,8 @@ pub struct Job {
     /// entry id this worker read (`XREADGROUP`) or took over (`XAUTOCLAIM`).
     /// A retry arrives in a new entry, so it differs from run to run.
     pub entry_id: String,
+    /// The job's group ([`crate::AddOptions::group`]), `None` without one.
+    pub group: Option<String>,
 }
 
 /// Why a run failed. Any `std::error::Error` converts into `Failed` with its
@@ -731,12 +734,14 @@ impl Inner {
                 continue;
             };
             let attempt = attempts.unwrap_or(0) + 1;
+            let (payload, job_group) = envelope::unwrap(payload);
             let inner = self.clone();
             if e.deliveries > self.options.max_deliveries {
                 let message = format!("delivered {} times without an outcome", e.deliveries);
                 tokio::spawn(async move {
+                    let error = JobError::Failed(message);
                     inner
-                        .fail(&e.entry, &id, attempt, &JobError::Failed(message))
+                        .fail(&e.entry, &id, attempt, &error, job_group.as_deref())
                         .await;
                     inner.release(&e.entry);
                     drop(slot);
@@ -749,6 +754,9 @@ impl Inner {
                     payload,
                     attempt,
                     entry_id: e.entry.clone(),
+                    group: job_group
+                        .as_deref()
+                        .map(|g| String::from_utf8_lossy(g).into_owned()),
                 };
                 let outcome = match tokio::spawn((inner.handler)(job)).await {
                     Ok(outcome) => outcome,
@@ -764,7 +772,8 @@ impl Inner {
                         let _ = inner.acks.send(AckMsg::Ack(e));
                     }
                     Err(error) => {
-                        inner.fail(&e.entry, &id, attempt, &error).await;
+                        let group = job_group.as_deref();
+                        inner.fail(&e.entry, &id, attempt, &error, group).await;
                         inner.release(&e.entry);
                     }
                 }
@@ -776,8 +785,16 @@ impl Inner {
     /// Steps 4 and 5: a failed run, by the failure script. Sent again while
     /// the connection refuses it (the entry stays leased meanwhile), until
     /// the shutdown timeout has passed; a refusal by the server leaves the
-    /// entry in the group, taken over after the lease.
-    async fn fail(&self, entry: &str, id: &str, attempt: u64, error: &JobError) {
+    /// entry in the group, taken over after the lease. A grouped job
+    /// (`job_group`, from its payload's envelope) is retried into its group.
+    async fn fail(
+        &self,
+        entry: &str,
+        id: &str,
+        attempt: u64,
+        error: &JobError,
+        job_group: Option<&[u8]>,
+    ) {
         let keys = &self.queue.keys;
         let mut message = error.to_string();
         if message.len() > MAX_ERROR_BYTES {
@@ -808,6 +825,9 @@ impl Inner {
             .arg(self.options.max_attempts)
             .arg(message)
             .arg(hold_ms);
+        if let Some(group) = job_group {
+            invocation.arg(group);
+        }
         let mut conn = self.queue.conn.clone();
         let mut backoff = Duration::from_millis(100);
         loop {

@@ -55,13 +55,21 @@ async fn queue_and_worker_on_the_queue_slot() {
     let given = AddOptions {
         id: Some("job-f".into()),
         delay_ms: 0,
+        group: None,
     };
     assert_eq!(queue.add(b"b", given.clone()).await.unwrap(), "job-f");
     assert_eq!(queue.add(b"b", given).await.unwrap(), "job-f");
     let batch: Vec<(String, AddOptions)> = (0..2500)
         .map(|i| {
             let id = (i % 2 == 0).then(|| format!("batch-{i}"));
-            (format!("p{i}"), AddOptions { id, delay_ms: 0 })
+            (
+                format!("p{i}"),
+                AddOptions {
+                    id,
+                    delay_ms: 0,
+                    group: None,
+                },
+            )
         })
         .collect();
     assert_eq!(queue.add_many_with(batch).await.unwrap().len(), 2500);
@@ -134,6 +142,7 @@ async fn goes_on_through(how: Move) {
             AddOptions {
                 id: Some(id),
                 delay_ms: 0,
+                group: None,
             },
         )
     };

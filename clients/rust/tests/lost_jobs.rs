@@ -154,6 +154,7 @@ async fn a_refused_add_leaves_no_trace() {
     let too_late = AddOptions {
         id: Some("far".into()),
         delay_ms: MAX_DELAY_MS + 1,
+        group: None,
     };
     let err = queue.add(b"x", too_late.clone()).await.unwrap_err();
     assert!(err.to_string().contains("0..=10000000000000"), "{err}");
@@ -169,6 +170,7 @@ async fn a_refused_add_leaves_no_trace() {
                 AddOptions {
                     id: Some("first".into()),
                     delay_ms: 0,
+                    group: None,
                 },
             ),
             (
@@ -176,6 +178,7 @@ async fn a_refused_add_leaves_no_trace() {
                 AddOptions {
                     id: None,
                     delay_ms: MAX_DELAY_MS + 1,
+                    group: None,
                 },
             ),
         ])
@@ -189,6 +192,7 @@ async fn a_refused_add_leaves_no_trace() {
             AddOptions {
                 id: None,
                 delay_ms: MAX_DELAY_MS + 1,
+                group: None,
             },
         )
         .await
@@ -200,6 +204,7 @@ async fn a_refused_add_leaves_no_trace() {
     let at_most = AddOptions {
         id: Some("far".into()),
         delay_ms: MAX_DELAY_MS,
+        group: None,
     };
     assert_eq!(queue.add(b"ok", at_most).await.unwrap(), "far");
     let stored: Option<Vec<u8>> = conn.hget(&jobs, "far").await.unwrap();
@@ -216,6 +221,7 @@ async fn a_refused_add_leaves_no_trace() {
     let delayed = |id: Option<&str>| AddOptions {
         id: id.map(str::to_string),
         delay_ms: 1000,
+        group: None,
     };
     let err = queue.add(b"z", delayed(Some("given"))).await.unwrap_err();
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
@@ -261,7 +267,14 @@ async fn a_refused_new_id_add_takes_its_payload_back() {
     // Two transactions (1,000 jobs at most each), both refused.
     let batch = (0..1500).map(|i| {
         let id = (i == 700).then(|| "given".to_string());
-        (format!("refused-{i}"), AddOptions { id, delay_ms: 0 })
+        (
+            format!("refused-{i}"),
+            AddOptions {
+                id,
+                delay_ms: 0,
+                group: None,
+            },
+        )
     });
     let err = queue.add_many_with(batch).await.unwrap_err();
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
@@ -527,6 +540,7 @@ async fn dropping_a_removed_job_keeps_its_successor() {
             AddOptions {
                 id: Some("same".into()),
                 delay_ms: 600_000,
+                group: None,
             },
         )
         .await
@@ -959,6 +973,7 @@ async fn a_resent_success_keeps_a_job_added_again() {
             AddOptions {
                 id: Some("warm".into()),
                 delay_ms: 0,
+                group: None,
             },
         )
         .await
@@ -975,6 +990,7 @@ async fn a_resent_success_keeps_a_job_added_again() {
             AddOptions {
                 id: Some("same".into()),
                 delay_ms: 0,
+                group: None,
             },
         )
         .await
@@ -996,6 +1012,7 @@ async fn a_resent_success_keeps_a_job_added_again() {
             AddOptions {
                 id: Some("same".into()),
                 delay_ms: 600_000,
+                group: None,
             },
         )
         .await

@@ -129,6 +129,7 @@ async fn payloads_round_trip_and_ids() {
     let given = AddOptions {
         id: Some("order-1".into()),
         delay_ms: 0,
+        group: None,
     };
     assert_eq!(queue.add(b"first", given.clone()).await.unwrap(), "order-1");
     assert_eq!(
@@ -204,7 +205,16 @@ async fn delayed_jobs_wait_their_time(queue: &Queue, n: usize, delay_ms: u64) {
     let (handle, task) = start_worker(worker);
     let before = server_ms_async(&mut conn).await;
     let ids = queue
-        .add_many_with((0..n).map(|i| (format!("later-{i}"), AddOptions { id: None, delay_ms })))
+        .add_many_with((0..n).map(|i| {
+            (
+                format!("later-{i}"),
+                AddOptions {
+                    id: None,
+                    delay_ms,
+                    group: None,
+                },
+            )
+        }))
         .await
         .unwrap();
     let counts = queue.counts().await.unwrap();
@@ -394,6 +404,7 @@ async fn purge_by_age_and_remove_scheduled() {
             AddOptions {
                 id: Some("later".into()),
                 delay_ms: 60_000,
+                group: None,
             },
         )
         .await
@@ -429,6 +440,7 @@ async fn retry_after_holds_every_worker() {
                 AddOptions {
                     id: None,
                     delay_ms: 300,
+                    group: None,
                 },
             )
             .await
@@ -551,6 +563,7 @@ async fn a_worker_survives_a_server_restart() {
                 AddOptions {
                     id: Some("after".into()),
                     delay_ms: 0,
+                    group: None,
                 },
             )
             .await

@@ -165,23 +165,28 @@ pub fn spawn_work(lang: Lang, args: &[&str]) -> (Child, ChildStdout) {
 /// the ids it printed.
 pub fn added_from(lang: Lang, url: &str, queue: &str, count: usize, prefix: &str) -> Vec<String> {
     let n = count.to_string();
-    let args = [
+    let ids: Vec<String> = run_to_end(lang, &add_args(url, queue, &n, prefix))
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), count, "{lang:?}: ids added");
+    ids
+}
+
+/// The arguments of `crossworker add` for `count` jobs with the ids
+/// `<prefix>0` ..
+pub fn add_args<'a>(url: &'a str, queue: &'a str, count: &'a str, prefix: &'a str) -> Vec<&'a str> {
+    vec![
         "add",
         "--url",
         url,
         "--queue",
         queue,
         "--count",
-        &n,
+        count,
         "--id-prefix",
         prefix,
-    ];
-    let ids: Vec<String> = run_to_end(lang, &args)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    assert_eq!(ids.len(), count, "{lang:?}: ids added");
-    ids
+    ]
 }
 
 impl Worker {

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 from valkey.exceptions import ResponseError
 
-from ._protocol import GROUP, MAX_ERROR_BYTES
+from ._protocol import GROUP, JOB_GROUP_ENVELOPE, MAX_ERROR_BYTES, MAX_JOB_GROUP_BYTES
 
 Payload = Union[bytes, bytearray, memoryview, str]
 
@@ -83,6 +83,51 @@ def new_job_id(job_id: Union[bytes, bytearray, str]) -> Tuple[str, bytes]:
     if not data:
         raise ValueError("a job id must not be empty")
     return text, data
+
+
+def job_group_bytes(group: Union[bytes, bytearray, str, None]) -> Optional[bytes]:
+    """A job's group (``add(..., group=...)``; not the stream's consumer group) checked as
+    ECHO.ADD checks it, before anything is sent: 1..=1024 bytes. None: no group."""
+    if group is None:
+        return None
+    if isinstance(group, str):
+        data = group.encode("utf-8")
+    elif isinstance(group, (bytes, bytearray, memoryview)):
+        data = bytes(group)
+    else:
+        raise TypeError("a job group is str or bytes, not %s" % type(group).__name__)
+    if not 1 <= len(data) <= MAX_JOB_GROUP_BYTES:
+        raise ValueError("a job group must be 1..=%d bytes, not %d" % (MAX_JOB_GROUP_BYTES, len(data)))
+    return data
+
+
+def wrap_payload(payload: bytes, job_group: Optional[bytes]) -> bytes:
+    """The value stored in ``{name}:jobs``: the payload itself, or for a grouped job the envelope
+    ``\\0echomq-group:<n>:<group>`` before it, so that a worker of any language retries the job into
+    its group. A payload that starts like an envelope is wrapped with n = 0 (no group), so it is
+    never misread; any other payload without a group is stored as it is."""
+    if job_group is None:
+        if not payload.startswith(JOB_GROUP_ENVELOPE):
+            return payload
+        job_group = b""
+    return b"%s%d:%s%s" % (JOB_GROUP_ENVELOPE, len(job_group), job_group, payload)
+
+
+def unwrap_payload(value: bytes) -> Tuple[bytes, Optional[bytes]]:
+    """``wrap_payload`` undone: (payload, job group or None). A value that is not a whole envelope
+    is a payload as it is."""
+    if not value.startswith(JOB_GROUP_ENVELOPE):
+        return value, None
+    start = len(JOB_GROUP_ENVELOPE)
+    colon = value.find(b":", start, start + 5)
+    digits = value[start:colon]
+    if colon < 0 or not digits.isdigit():
+        return value, None
+    n = int(digits)
+    end = colon + 1 + n
+    if n > MAX_JOB_GROUP_BYTES or end > len(value):
+        return value, None
+    return value[end:], (value[colon + 1 : end] or None)
 
 
 def server_ms(time_reply) -> int:

@@ -41,7 +41,10 @@ SCRIPTS = {
 
 CONSTANTS = json.loads(_text("constants.json"))
 
-GROUP: bytes = CONSTANTS["group"].encode()
+GROUP: bytes = CONSTANTS["group"].encode()  # the stream's consumer group, not a job's group
+#: a grouped job's payload entry starts with NUL and this (docs/clients.md, Groups)
+JOB_GROUP_ENVELOPE: bytes = b"\x00" + CONSTANTS["job_group_envelope"].encode()
+MAX_JOB_GROUP_BYTES: int = CONSTANTS["max_job_group_bytes"]  # what ECHO.ADD ... GROUP takes
 MAX_DELAY_MS: int = CONSTANTS["max_delay_ms"]  # the most ECHO.SCHEDULE takes
 MAX_HOLD_MS: int = CONSTANTS["max_hold_ms"]  # the most ECHO.HOLD takes (a day)
 MAX_ERROR_BYTES: int = CONSTANTS["max_error_bytes"]

@@ -10,12 +10,15 @@ from ._common import (
     Payload,
     check_client,
     id_bytes,
+    job_group_bytes,
     make_stream,
     new_id,
     new_job_id,
     server_ms,
     to_bytes,
     to_str,
+    unwrap_payload,
+    wrap_payload,
 )
 from ._protocol import ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE
 from ._route import Route, redirected
@@ -40,6 +43,8 @@ class DeadJob:
     attempts: int
     error: Optional[str]
     payload: Optional[bytes]
+    #: the job's group (``add(..., group=...)``), None for a job without one
+    group: Optional[str] = None
 
 
 def _delay(delay_ms: int) -> int:
@@ -85,34 +90,41 @@ class Queue:
 
     # -- adding ------------------------------------------------------------------------------
 
-    def _queue_add(self, pipe, jid: bytes, payload: bytes, delay_ms: int, given: bool) -> None:
+    def _queue_add(
+        self, pipe, jid: bytes, value: bytes, delay_ms: int, given: bool, job_group: Optional[bytes]
+    ) -> None:
+        """``value``: the payload as stored, wrapped with ``job_group`` (``wrap_payload``)."""
         k = self.keys
+        tail = [] if job_group is None else [job_group]
         if given:
-            self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, payload, delay_ms, GROUP], client=pipe)
+            args = [jid, value, delay_ms, GROUP] + tail
+            self._add_script(keys=[k.jobs, k.pending, k.schedule], args=args, client=pipe)
             return
-        pipe.hset(k.jobs, jid, payload)
-        # the server decides: straight into pending, or through the schedule's release limit
-        pipe.execute_command("ECHO.ADD", k.schedule, k.pending, jid, "DELAY", delay_ms)
+        pipe.hset(k.jobs, jid, value)
+        # the server decides: straight into pending, or through the schedule's release limit (a
+        # grouped job always goes through its group's part of the schedule)
+        grouped = [] if job_group is None else [b"GROUP", job_group]
+        pipe.execute_command("ECHO.ADD", k.schedule, k.pending, jid, "DELAY", delay_ms, *grouped)
 
-    def add(self, payload: Payload, id: Optional[str] = None, delay_ms: int = 0) -> str:
+    def add(self, payload: Payload, id: Optional[str] = None, delay_ms: int = 0, group: Optional[str] = None) -> str:
         """Adds a job; returns its id. With ``id`` given, a second add while the job exists is a
-        no-op. ``delay_ms`` is counted by the server's clock."""
-        data = to_bytes(payload)
+        no-op. ``delay_ms`` is counted by the server's clock. With ``group`` (1..=1024 bytes) the
+        job is released fairly across groups, under its group's limit, and keeps its group
+        through its retries (docs/clients.md, Groups)."""
+        job_group = job_group_bytes(group)
+        value = wrap_payload(to_bytes(payload), job_group)
         delay_ms = _delay(delay_ms)
-        k = self.keys
         if id is not None:
             text, jid = new_job_id(id)
             # A refused enqueue is raised by the script with nothing written; a resend after a lost
             # reply finds the job and changes nothing, so it is sent again like any idempotent call.
-            self._route.run(
-                lambda c: self._add_script(keys=[k.jobs, k.pending, k.schedule], args=[jid, data, delay_ms, GROUP], client=c)
-            )
+            self._route.run(lambda c: self._queue_add(c, jid, value, delay_ms, True, job_group))
             return text
         jid_s = new_id()
-        self._execute_adds([(jid_s.encode(), data)], delay_ms, False)
+        self._execute_adds([(jid_s.encode(), value)], delay_ms, False, job_group)
         return jid_s
 
-    def _execute_adds(self, jobs, delay_ms: int, given: bool) -> None:
+    def _execute_adds(self, jobs, delay_ms: int, given: bool, job_group: Optional[bytes] = None) -> None:
         """One MULTI of adds; an error inside EXEC's reply is raised to the caller. A job with a
         generated id whose enqueue was refused has its payload taken back (its id is unique: no
         other job can own that payload).
@@ -126,7 +138,7 @@ class Queue:
         def execute(client):
             pipe = client.pipeline(transaction=True)
             for jid, payload in jobs:
-                self._queue_add(pipe, jid, payload, delay_ms, given)
+                self._queue_add(pipe, jid, payload, delay_ms, given, job_group)
             replies = pipe.execute(raise_on_error=False)
             errors = [r for r in replies if isinstance(r, Exception)]
             if not errors:
@@ -154,10 +166,13 @@ class Queue:
         payloads: Iterable[Payload],
         ids: Optional[Sequence[str]] = None,
         delay_ms: int = 0,
+        group: Optional[str] = None,
     ) -> List[str]:
         """Adds several jobs, in transactions of up to 1,000 jobs; returns their ids.
-        With ``ids`` (one per payload) each add is idempotent as in ``add``."""
-        data = [to_bytes(p) for p in payloads]
+        With ``ids`` (one per payload) each add is idempotent as in ``add``; ``group``, the
+        group of every one, as in ``add``."""
+        job_group = job_group_bytes(group)
+        data = [wrap_payload(to_bytes(p), job_group) for p in payloads]
         delay_ms = _delay(delay_ms)
         if ids is not None:
             checked = [new_job_id(i) for i in ids]
@@ -171,7 +186,8 @@ class Queue:
             raw = [i.encode() for i in out]
             given = False
         for start in range(0, len(data), ADD_BATCH):
-            self._execute_adds(list(zip(raw[start : start + ADD_BATCH], data[start : start + ADD_BATCH])), delay_ms, given)
+            batch = list(zip(raw[start : start + ADD_BATCH], data[start : start + ADD_BATCH]))
+            self._execute_adds(batch, delay_ms, given, job_group)
         return out
 
     # -- inspecting --------------------------------------------------------------------------
@@ -235,7 +251,8 @@ class Queue:
         rows, values = self._route.run(read)
         out = []
         for i, (member, score) in enumerate(rows):
-            attempts, error, payload = values[3 * i : 3 * i + 3]
+            attempts, error, value = values[3 * i : 3 * i + 3]
+            payload, job_group = unwrap_payload(value) if value is not None else (None, None)
             out.append(
                 DeadJob(
                     id=to_str(member),
@@ -243,6 +260,7 @@ class Queue:
                     attempts=int(attempts) if attempts is not None else 0,
                     error=error.decode("utf-8", "replace") if error is not None else None,
                     payload=payload,
+                    group=to_str(job_group) if job_group is not None else None,
                 )
             )
         return out

@@ -17,7 +17,7 @@ from valkey.exceptions import ConnectionError as _ConnError
 from valkey.exceptions import ResponseError
 from valkey.exceptions import TimeoutError as _TimeoutError
 
-from ._common import consumer_name, error_text, make_stream, server_ms, to_str
+from ._common import consumer_name, error_text, make_stream, server_ms, to_str, unwrap_payload
 from ._route import describe, redirected
 from ._protocol import (
     DEFAULT_BACKOFF,
@@ -90,6 +90,8 @@ class Job:
     payload: bytes
     attempt: int
     entry_id: str = ""
+    #: the job's group (``add(..., group=...)``), None for a job without one
+    group: Optional[str] = None
 
 
 class _Pool:
@@ -582,10 +584,11 @@ class Worker:
                     self._ack_cv.notify()
                 continue
             attempt = int(attempts or 0) + 1
+            payload, job_group = unwrap_payload(payload)
             with self._lock:
                 self._running += 1
                 self._leased[eid] = jid
-            pool.submit(self._execute, eid, jid, payload, attempt)
+            pool.submit(self._execute, eid, jid, payload, attempt, job_group)
 
     def _takeover(self, reader, pool: _Pool, free: int) -> None:
         k = self.keys
@@ -612,7 +615,8 @@ class Worker:
             if jid is not None and payload is not None and deliveries > self.max_deliveries:
                 attempt = int(attempts or 0) + 1
                 message = "delivered %d times without an outcome" % deliveries
-                self._fail(eid, jid, attempt, RuntimeError(message), resend=False)
+                job_group = unwrap_payload(payload)[1]
+                self._fail(eid, jid, attempt, RuntimeError(message), job_group, resend=False)
                 continue
             rows.append((eid, jid, payload, attempts))
         if not rows:
@@ -624,10 +628,11 @@ class Worker:
         if self._wait_hold(reader, entries, _held_until(values[-2]), server_ms(values[-1])):
             self._launch(pool, rows)
 
-    def _execute(self, eid: bytes, jid: bytes, payload: bytes, attempt: int) -> None:
+    def _execute(self, eid: bytes, jid: bytes, payload: bytes, attempt: int, job_group: Optional[bytes]) -> None:
         outcome: Optional[BaseException] = None
+        group = to_str(job_group) if job_group is not None else None
         try:
-            self.handler(Job(to_str(jid), payload, attempt, to_str(eid)))
+            self.handler(Job(to_str(jid), payload, attempt, to_str(eid), group))
         except BaseException as exc:  # noqa: BLE001 - any raise fails the job
             outcome = exc
         keep_lease = False
@@ -640,7 +645,7 @@ class Worker:
                         self._ack_cv.notify()
                         keep_lease = True
             elif not self._stopped:
-                self._fail(eid, jid, attempt, outcome)
+                self._fail(eid, jid, attempt, outcome, job_group)
         except Exception:  # noqa: BLE001
             log.exception("echomq: cannot write the outcome of job %r; another worker will run it", jid)
         finally:
@@ -656,13 +661,24 @@ class Worker:
         deadline = self._deadline
         return deadline is not None and time.monotonic() >= deadline
 
-    def _fail(self, eid: bytes, jid: bytes, attempt: int, exc: BaseException, resend: bool = True) -> None:
+    def _fail(
+        self,
+        eid: bytes,
+        jid: bytes,
+        attempt: int,
+        exc: BaseException,
+        job_group: Optional[bytes],
+        resend: bool = True,
+    ) -> None:
         """Writes a failure with the script of step 4 (EVALSHA, loaded again on NOSCRIPT). The
         caller keeps the entry leased meanwhile; on a connection error the script is sent again
-        (short backoff) until it is confirmed or the worker gives up (``resend`` False: once)."""
+        (short backoff) until it is confirmed or the worker gives up (``resend`` False: once).
+        A grouped job (``job_group``, from its payload's envelope) is retried into its group."""
         k = self.keys
         hold_ms = min(exc.ms, MAX_HOLD_MS) if isinstance(exc, RetryAfter) else 0  # 0: no hold
         args = [jid, eid, self.backoff, attempt, self.max_attempts, error_text(exc), hold_ms]
+        if job_group is not None:
+            args.append(job_group)
         pause = 0.05
         while True:
             try:
