@@ -269,13 +269,23 @@ fn stream_queue(con: &mut Connection) {
     let _: () = q!(con, "XGROUP", "CREATE", P, "workers", "0", "MKSTREAM");
 }
 
-/// Group A's 20,000 jobs, then ten groups' 100 each, under a queue limit
-/// of 2000/s through the timer: every job of the ten reaches pending within
-/// 2 s of its add (in arrival order it would wait behind A's 10 s), A goes
-/// on at what the ten leave, each group in its own order, nothing lost or
-/// twice.
+/// A scale of a test's own: `var` when set (a full-size run by hand), else
+/// `default` (what `make test` runs).
+fn scale(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Group A's 20,000 jobs (`ECHOMQ_GROUPS_BACKLOG`), then ten groups' 100
+/// each, under a queue limit of 2000/s through the timer: every job of the
+/// ten reaches pending within 2 s of its add (in arrival order it would
+/// wait behind A's 10 s), A goes on at what the ten leave, each group in
+/// its own order, nothing lost or twice.
 #[test]
 fn one_groups_backlog_does_not_delay_the_others() {
+    let backlog = scale("ECHOMQ_GROUPS_BACKLOG", 20_000);
     let server = Server::start();
     let mut con = server.conn();
     stream_queue(&mut con);
@@ -285,11 +295,11 @@ fn one_groups_backlog_does_not_delay_the_others() {
         &format!("{S} 2000/s 100"),
     );
     let mut pipe = redis::pipe();
-    for i in 0..20_000 {
+    for i in 0..backlog {
         pipe.cmd("ECHO.ADD")
             .arg(S)
             .arg(P)
-            .arg(format!("A-{i:05}"))
+            .arg(format!("A-{i:06}"))
             .arg("GROUP")
             .arg("A")
             .ignore();
@@ -337,18 +347,19 @@ fn one_groups_backlog_does_not_delay_the_others() {
     let left: i64 = q!(&mut con, "ZCARD", "{g}:schedule:echomq-g:A");
     assert_eq!(
         left as usize + seen.keys().filter(|j| j.starts_with("A-")).count(),
-        20_000
+        backlog
     );
 }
 
 /// 50 groups at 10/s burst 2 each, through the timer and a client's promote
-/// loop at once, under a queue limit of 1000/s (the group limits bind) and
+/// loop at once, for 5 s (`ECHOMQ_GROUPS_RUN_S`), under a queue limit of 1000/s (the group limits bind) and
 /// of 300/s (the queue's binds): in every window each group released at
 /// most `burst + floor(T * rate)` (T counted with the 25 ms by which an
 /// entry's ID may lag its release), near its share, the sum within the cap.
 #[test]
 fn group_limits_bound_every_group_and_the_queue_caps_the_sum() {
     const SLACK_MS: i64 = 25;
+    let run_s = scale("ECHOMQ_GROUPS_RUN_S", 5);
     for (cap, per_group_per_s) in [(1000, 10.0), (300, 6.0)] {
         let server = Server::start();
         let mut con = server.conn();
@@ -359,10 +370,11 @@ fn group_limits_bound_every_group_and_the_queue_caps_the_sum() {
             "echomq.release-limits",
             &format!("{S} {cap}/s 20"),
         );
-        add_to_groups(&mut con, 50, 100);
+        // More than a group can release in the run, so each keeps a backlog.
+        add_to_groups(&mut con, 50, 20 * run_s + 20);
         config_set(&mut con, "echomq.auto-promote", &format!("{S} {P}"));
         let mut client = server.conn();
-        let run = std::time::Instant::now() + Duration::from_secs(5);
+        let run = std::time::Instant::now() + Duration::from_secs(run_s as u64);
         while std::time::Instant::now() < run {
             let _: i64 = q!(&mut client, "ECHO.PROMOTE", S, P, "LIMIT", 7);
             sleep(Duration::from_millis(3));
