@@ -1051,22 +1051,29 @@ fn rate_in_force(con: &mut Connection, schedule: &str) -> String {
     }
 }
 
-/// `CLUSTER FAILOVER [FORCE]` run by `replica`, once the cluster agrees it
-/// owns `slot`.
+/// `CLUSTER FAILOVER [FORCE]` run by `replica` until the cluster agrees it
+/// owns `slot`. A manual failover the replica cannot finish in time (it did
+/// not catch up with its primary on a loaded machine) is given up by the
+/// server, so the command is sent again, at most five times.
 fn take_over(cluster: &Cluster, replica: usize, slot: u16, force: bool) {
     let mut con = cluster.conn(replica);
-    let mut cmd = redis::cmd("CLUSTER");
-    cmd.arg("FAILOVER");
-    if force {
-        cmd.arg("FORCE");
+    for attempt in 1..=5 {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("FAILOVER");
+        if force {
+            cmd.arg("FORCE");
+        }
+        let _: () = cmd.query(&mut con).expect("CLUSTER FAILOVER");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if cluster.check_stable().is_ok() && cluster.owner(slot) == replica {
+                return;
+            }
+            sleep(Duration::from_millis(50));
+        }
+        eprintln!("CLUSTER FAILOVER attempt {attempt} did not finish; again");
     }
-    let _: () = cmd.query(&mut con).expect("CLUSTER FAILOVER");
-    wait_until("the replica took over", Duration::from_secs(60), || {
-        cluster.check_stable()?;
-        (cluster.owner(slot) == replica)
-            .then_some(())
-            .ok_or("not yet".to_string())
-    });
+    panic!("the replica did not take over\n{}", cluster.logs());
 }
 
 /// A limit's state, a hold and a grouped schedule's rotation (cursor, ring,
