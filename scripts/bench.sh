@@ -4,7 +4,8 @@
 # (python3 -m bench) against it, prints one table, and stops the server by pid,
 # also on error or Ctrl-C.
 #
-# Environment: ECHOMQ_MODULE (default target/release/libechomq.so),
+# Environment: CARGO_TARGET_DIR (where the defaults below are, default target),
+# ECHOMQ_MODULE (default target/release/libechomq.so),
 # ECHOMQ_SERVER (the server binary, default valkey-server; the versions
 # section starts its own servers, one per --servers binary and --modules build),
 # ECHOMQ_WORKER (default target/release/examples/crossworker, echomq-client's,
@@ -19,7 +20,11 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-module=${ECHOMQ_MODULE:-$root/target/release/libechomq.so}
+# where cargo builds (and so where the defaults below are found): CARGO_TARGET_DIR
+# when set (a relative one is cargo's, from $root, where it is run here), else target/
+target=${CARGO_TARGET_DIR:-target}
+case $target in /*) ;; *) target=$root/$target ;; esac
+module=${ECHOMQ_MODULE:-$target/release/libechomq.so}
 [ -f "$module" ] || { echo "bench: $module not found; run cargo build --release" >&2; exit 1; }
 export ECHOMQ_MODULE=$module
 server_bin=${ECHOMQ_SERVER:-valkey-server}
@@ -87,13 +92,13 @@ valkey-cli -h 127.0.0.1 -p "$port" MODULE LIST | grep -q echomq \
 # example: ECHOMQ_WORKER, or built here) and the list layout's
 # (examples/list_worker.rs), built here (a no-op when fresh; `make bench`
 # builds the module and echomq-web only).
-worker=${ECHOMQ_WORKER:-$root/target/release/examples/crossworker}
+worker=${ECHOMQ_WORKER:-$target/release/examples/crossworker}
 cargo=${CARGO:-$(command -v cargo || echo "$HOME/.cargo/bin/cargo")}
 if [ -z "${ECHOMQ_WORKER:-}" ]; then
   (cd "$root" && "$cargo" build --release --quiet -p echomq-client --example crossworker) \
     || { echo "bench: cannot build echomq-client's crossworker example" >&2; exit 1; }
 fi
-list_worker=$root/target/release/examples/list_worker
+list_worker=$target/release/examples/list_worker
 (cd "$root" && "$cargo" build --release --quiet -p echomq --example list_worker) \
   || { echo "bench: cannot build examples/list_worker" >&2; exit 1; }
 

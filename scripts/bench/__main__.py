@@ -6,7 +6,7 @@ import sys
 
 from . import (auto_promote, clients, future_members, herd, latency, memory, promote_stream,
                promotion, retry_options, spread, throughput, versions, web_scrape, worker_layouts)
-from . import add, limits
+from . import add, groups, herd_first, limits
 from .harness import DEFAULT_LIST_WORKER, DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
 
@@ -20,6 +20,8 @@ SECTIONS = [("throughput", throughput), ("retry_options", retry_options),
 SECTIONS.append(("limits", limits))  # the release limit's own cost
 SECTIONS.append(("add", add))  # ECHO.ADD's fast path against a producer's own XADD
 SECTIONS.append(("clients", clients))  # BullMQ's worker against the client libraries' (needs node)
+SECTIONS.append(("groups", groups))  # the fair release's cost per member, 100,000 groups
+SECTIONS.append(("herd_first", herd_first))  # new jobs against the dependency, BullMQ beside
 SECTIONS.append(("herd", herd))  # the herd against a dependency, the longest: last
 
 
@@ -44,6 +46,11 @@ def main():
                     help="herd: worker threads, each with its own connection")
     ap.add_argument("--herd-strategies", default="",
                     help="herd: comma-separated subset of plain,jitter,limit,adaptive,hold")
+    ap.add_argument("--herd-rounds", type=int, default=1,
+                    help="herd_first: rounds, every lane once per round")
+    ap.add_argument("--groups-old-module", default="",
+                    help="groups: a module build to compare the ungrouped empty promote with "
+                    "(started on a server of its own)")
     ap.add_argument("--herd-json", default="",
                     help="herd: where to write the series (default target/bench/herd-limits.json)")
     ap.add_argument("--adaptive-window-ms", type=int, default=200,
@@ -66,6 +73,7 @@ def main():
     b = Bench(a.port, a.rounds, a.quick, a.worker, a.web, a.list_worker)
     b.herd_jobs, b.herd_workers, b.herd_only = a.herd_jobs, a.herd_workers, a.herd_strategies
     b.herd_json = a.herd_json
+    b.herd_rounds, b.groups_old_module = a.herd_rounds, a.groups_old_module
     b.servers, b.modules = a.servers, a.modules
     b.adaptive_window_ms = a.adaptive_window_ms
     b.adaptive_failure_percent = a.adaptive_failure_percent

@@ -73,8 +73,9 @@ OK, BLINK, DOWN, OVERLOADED = 0, 1, 2, 3
 class Dependency:
     """The simulated dependency: thread-safe, records every call."""
 
-    def __init__(self, t0, rate=RATE, burst=BURST, down_s=DOWN_S):
+    def __init__(self, t0, rate=RATE, burst=BURST, down_s=DOWN_S, blink=True):
         self.lock = threading.Lock()
+        self.blink = blink  # every first call fails (the blink); False: first runs are served
         self.t0 = t0
         self.up = t0 + down_s
         self.rate = rate
@@ -87,7 +88,7 @@ class Dependency:
         """(succeeded, retry after in ms or 0)."""
         with self.lock:
             now = time.monotonic()
-            if attempt == 1 or now < self.up:
+            if (self.blink and attempt == 1) or now < self.up:
                 self.calls.append((now - self.t0, attempt, BLINK if attempt == 1 else DOWN))
                 return False, max(0, math.ceil((self.up - now) * 1000))
             self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
@@ -200,9 +201,10 @@ def sliding_max(times, width):
     return best
 
 
-def run_strategy(bench, k, strategy, n, workers, deadline_s):
-    short, title, policy, limit, hold = strategy
-    q = "herd-%d-%s" % (k, short)
+def start_run(bench, q, policy, hold, n, limit, workers):
+    """Fresh keys of queue q, its release limit (None: none) and the server's
+    promotion set, and `workers` worker threads started and waiting (past
+    their takeover, blocked in XREADGROUP); returns (the Run, the threads)."""
     c = bench.c
     run = Run(bench.port, q, policy, hold, n)
     c.call("DEL", *run.keys())
@@ -210,15 +212,23 @@ def run_strategy(bench, k, strategy, n, workers, deadline_s):
     c.call("CONFIG", "SET", "echomq.release-limits",
            "%s %s" % (run.sched, limit) if limit else "")
     c.call("CONFIG", "SET", "echomq.auto-promote", "%s %s" % (run.sched, run.pend))
-    # The workers first: each starts with a takeover (XAUTOCLAIM), which walks
-    # the group's pending entries; started with the blink's 10,000 pending,
-    # they would spend the blink walking them (a few hundred ms, ten entries a
-    # call) instead of taking the first retries.
     threads = [threading.Thread(target=run.worker, args=(i,), daemon=True)
                for i in range(workers)]
     for t in threads:
         t.start()
-    time.sleep(0.3)  # every worker past its takeover and blocked in XREADGROUP
+    time.sleep(0.3)
+    return run, threads
+
+
+def run_strategy(bench, k, strategy, n, workers, deadline_s):
+    short, title, policy, limit, hold = strategy
+    q = "herd-%d-%s" % (k, short)
+    c = bench.c
+    # The workers first: each starts with a takeover (XAUTOCLAIM), which walks
+    # the group's pending entries; started with the blink's 10,000 pending,
+    # they would spend the blink walking them (a few hundred ms, ten entries a
+    # call) instead of taking the first retries.
+    run, threads = start_run(bench, q, policy, hold, n, limit, workers)
     # The jobs, all due at once: added to the stream and taken (in flight) by
     # the consumer "blink" in one transaction, so that no worker gets one, as
     # if each were in a worker's hands when the dependency blinks.
