@@ -17,6 +17,7 @@ use redis_module::{Context, RedisError};
 use crate::engine::release::{self, Allowance};
 use crate::engine::{groups, stats};
 use crate::rules::errors::ReplyError;
+use crate::rules::fairness;
 use crate::server::keys::{Arg, Key, Kind, Members};
 
 /// How long one move may hold the server: unbounded for a client's
@@ -162,18 +163,20 @@ fn book(
     );
 }
 
-/// The most admissions plus visits of groups a grouped move makes per member
-/// it may move (and at least `MIN_GROUP_STEPS`): a visit that finds a group
-/// limited moves nothing, and the rest carries on at the next move.
+/// The most admissions plus visits of groups a grouped release makes per
+/// member it may move (and at least `MIN_GROUP_STEPS`): a visit that finds a
+/// group limited moves nothing, and the rest carries on at the next move.
 const GROUP_STEPS_PER_MEMBER: usize = 4;
 const MIN_GROUP_STEPS: usize = 64;
-/// Within the timer's budget: about what 2 ms of work allows.
-const BUDGET_GROUP_STEPS: usize = 4096;
 
 /// The move of a grouped schedule: the fair release over its groups
 /// (`groups::release`) chooses the members and takes them out of their
 /// groups, then they are pushed to `pending` in that order, as `take_due`
-/// pushes. The release limit of the schedule caps the sum.
+/// pushes. The release limit of the schedule caps the sum. Within a budget
+/// it goes in batches, each a release of its own from the cursor the last
+/// left, checking the clock between them: a member of a grouped schedule
+/// costs several times an ungrouped one, so a count alone cannot bound the
+/// time a tick holds the server.
 #[allow(clippy::too_many_arguments)]
 fn move_grouped(
     ctx: &Context,
@@ -186,54 +189,83 @@ fn move_grouped(
     allowance: Option<Allowance>,
 ) -> Result<Moved, RedisError> {
     let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
-    let per_member = usize::try_from(want)
-        .unwrap_or(usize::MAX)
-        .saturating_mul(GROUP_STEPS_PER_MEMBER)
-        .max(MIN_GROUP_STEPS);
-    let max_steps = match time_limit {
-        TimeLimit::Unbounded => per_member,
-        TimeLimit::Budget(_) => per_member.min(BUDGET_GROUP_STEPS),
+    let (batch, deadline) = match time_limit {
+        TimeLimit::Unbounded => (want, None),
+        TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
-    let outcome = groups::release(
-        ctx,
-        schedule.as_slice(),
-        schedule_key,
-        now_ms,
-        want,
-        max_steps,
-    )?;
-    let released = &outcome.release.released;
-    let mut members = Members::from_bytes(ctx, released.iter().map(|r| r.member.as_slice()));
     let mut moved = Moved::default();
+    let mut still_due = false;
+    while moved.count < want {
+        let ask = (want - moved.count).min(batch);
+        let max_steps = usize::try_from(ask)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(GROUP_STEPS_PER_MEMBER)
+            .max(MIN_GROUP_STEPS);
+        let outcome = groups::release(
+            ctx,
+            schedule.as_slice(),
+            schedule_key,
+            now_ms,
+            ask,
+            max_steps,
+        )?;
+        let release = &outcome.release;
+        let pushed = push_released(ctx, schedule, schedule_key, pending, &release.released)?;
+        if moved.earliest_ms.is_none() {
+            moved.earliest_ms = release
+                .released
+                .iter()
+                .take(pushed)
+                .map(|r| r.fire_at_ms as f64)
+                .reduce(f64::min);
+        }
+        moved.count += pushed as u64;
+        stats::group_released(pushed as u64, release.limited.len() as u64);
+        still_due = release.left.by_want || release.left.by_budget;
+        if pushed < release.released.len() {
+            moved.refused = Some(ReplyError::StreamFull);
+            break;
+        }
+        if (pushed as u64) < ask {
+            // Nothing more due, every due group limited, or the steps ran
+            // out: only the last leaves members due for the next move.
+            moved.out_of_time = release.left.by_budget;
+            break;
+        }
+        if deadline.is_some_and(|at| Instant::now() >= at) {
+            moved.out_of_time = moved.count < want;
+            break;
+        }
+    }
+    if let Some(allowance) = allowance {
+        book(ctx, schedule, &allowance, &mut moved, limit, still_due);
+    }
+    Ok(moved)
+}
+
+/// Pushes a grouped release's members to `pending` in release order: how
+/// many it took. A stream out of IDs refuses the tail, which goes back to
+/// its groups (`groups::put_back`): nothing lost, nothing twice.
+fn push_released(
+    ctx: &Context,
+    schedule: &Arg,
+    schedule_key: &Key,
+    pending: &Pending,
+    released: &[fairness::Released],
+) -> Result<usize, RedisError> {
+    let mut members = Members::from_bytes(ctx, released.iter().map(|r| r.member.as_slice()));
     match pending.sink {
         Sink::Stream => {
             let appended = pending.key.xadd_jobs(&mut members);
             pending.key.publish(appended, &members);
-            if members.len() < released.len() {
-                groups::put_back(
-                    ctx,
-                    schedule.as_slice(),
-                    schedule_key,
-                    &released[members.len()..],
-                )?;
-                moved.refused = Some(ReplyError::StreamFull);
+            let refused = released.get(members.len()..).unwrap_or_default();
+            if !refused.is_empty() {
+                groups::put_back(ctx, schedule.as_slice(), schedule_key, refused)?;
             }
         }
         Sink::List => pending.key.lpush_all(&members),
     }
-    moved.count = members.len() as u64;
-    moved.earliest_ms = released
-        .iter()
-        .take(members.len())
-        .map(|r| r.fire_at_ms as f64)
-        .reduce(f64::min);
-    moved.out_of_time = outcome.release.left.by_budget;
-    stats::group_released(moved.count, outcome.release.limited.len() as u64);
-    if let Some(allowance) = allowance {
-        let still_due = outcome.release.left.by_want;
-        book(ctx, schedule, &allowance, &mut moved, limit, still_due);
-    }
-    Ok(moved)
+    Ok(members.len())
 }
 
 /// The batches of one move: at most `limit` members, in batches of
