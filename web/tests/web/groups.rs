@@ -311,3 +311,63 @@ fn the_page_lists_the_largest_and_the_held_back_groups_in_chromium() {
     assert_eq!(got["plain"]["shown"], json!(false), "{got}");
     browser.screenshot(&node::target_dir().join("web/echomq-web-groups.png"));
 }
+
+#[test]
+fn past_the_bound_the_figures_are_of_the_first_100000_groups() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let web = Web::start(&server.url(), &["--queue", "many"]);
+    // 100,001 groups of one job each, not due; the last by name, `z`, has 5.
+    let (s, p) = ("{many}:schedule", "{many}:pending");
+    for chunk in 0..100 {
+        let mut pipe = redis::pipe();
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            pipe.cmd("ECHO.ADD")
+                .arg(s)
+                .arg(p)
+                .arg(format!("j{i}"))
+                .arg("DELAY")
+                .arg(600_000)
+                .arg("GROUP")
+                .arg(format!("g{i:06}"))
+                .ignore();
+        }
+        let _: () = pipe.query(&mut con).expect("the jobs added");
+    }
+    for j in 0..5 {
+        let _: i64 = q!(
+            &mut con,
+            "ECHO.ADD",
+            s,
+            p,
+            format!("z{j}"),
+            "DELAY",
+            600_000,
+            "GROUP",
+            "z"
+        );
+    }
+    let started = std::time::Instant::now();
+    let (status, got) = web.api();
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{got}");
+    let groups = &got["queues"][0]["groups"];
+    assert_eq!(groups["count"], json!(100_000), "{groups}");
+    assert_eq!(groups["truncated"], json!(true), "{groups}");
+    // `z`, the largest, is past the bound: the ten largest of the first
+    // 100,000 are ties of one member, by name.
+    assert_eq!(
+        groups["largest"][0],
+        json!({"group": "g000000", "members": 1, "due": 0})
+    );
+    assert_eq!(groups["largest"].as_array().map(Vec::len), Some(10));
+    // 100 pages: the first in the third round trip, 99 more.
+    assert_eq!(got["round_trips"], json!(3 + 99));
+    eprintln!("a scrape of 100,000 groups took {took:?}");
+    let (_, text) = web.get("/metrics");
+    assert!(
+        text.lines()
+            .any(|l| l == r#"echomq_groups{queue="many"} 100000"#),
+        "{text}"
+    );
+}
