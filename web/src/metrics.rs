@@ -12,7 +12,7 @@
 
 use std::fmt::Write;
 
-use crate::snapshot::{Counts, Number, Release, Snapshot};
+use crate::snapshot::{Counts, Groups, Number, Release, Snapshot};
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -64,6 +64,14 @@ const COUNTERS: &[(&str, &str)] = &[
     (
         "echomq_adaptive_decreases",
         "Times an adaptive release limit halved its rate in force",
+    ),
+    (
+        "echomq_group_releases",
+        "Jobs released from grouped schedules (ECHO.ADD ... GROUP), by ECHO.PROMOTE or the timer",
+    ),
+    (
+        "echomq_group_limited",
+        "Times a release found a group with due jobs and no room in its group limit (each time found)",
     ),
 ];
 
@@ -159,6 +167,24 @@ const RELEASE_SERIES: &[(&str, &str, &str, ReleaseField)] = &[
     ),
 ];
 
+/// The per-queue gauges of the groups, for the queues whose ECHO.GROUPS
+/// answered: name, help, and the count they show. No series per group: a
+/// queue may have any number of groups (the largest and the limited are in
+/// the JSON and the page).
+type GroupsField = fn(&Groups) -> i64;
+const GROUP_GAUGES: &[(&str, &str, GroupsField)] = &[
+    (
+        "echomq_groups",
+        "Groups of {NAME}:schedule with members (ECHO.GROUPS; of the first 100000 by name when it has more)",
+        |g| g.count,
+    ),
+    (
+        "echomq_groups_limited",
+        "Of echomq_groups, those held back now: due members and no room in their group limit, or their own ECHO.HOLD ... GROUP",
+        |g| g.limited_count,
+    ),
+];
+
 /// A label value as the format requires: `\`, `"` and newline escaped.
 pub fn escape_label(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
@@ -226,6 +252,31 @@ fn divided(n: &Number, divisor: u32) -> String {
     }
 }
 
+/// `value` of each queue that has one, by queue name.
+fn per_queue<T>(s: &Snapshot, value: impl Fn(&Counts) -> Option<T>) -> Vec<(&str, T)> {
+    s.queues
+        .iter()
+        .filter_map(|q| Some((q.name.as_str(), value(q.counts.as_ref().ok()?)?)))
+        .collect()
+}
+
+/// A per-queue family and its samples; nothing at all without samples.
+fn queue_family<T: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: Vec<(&str, T)>,
+) {
+    if samples.is_empty() {
+        return;
+    }
+    family(out, name, kind, help);
+    for (queue, v) in samples {
+        let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v}", escape_label(queue));
+    }
+}
+
 /// The exposition for one scrape: `Some(snapshot)` when the server answered,
 /// `None` when it did not (then only `echomq_up 0`).
 pub fn exposition(s: Option<&Snapshot>) -> String {
@@ -271,27 +322,21 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
             }
         }
     }
+    // A family only when it has samples: with no limit or hold configured,
+    // or a module without groups, /metrics is what it was.
     for (name, kind, help, value) in RELEASE_SERIES {
-        let samples: Vec<(&str, f64)> = s
-            .queues
-            .iter()
-            .filter_map(|q| match &q.counts {
-                Ok(Counts {
-                    release: Some(Ok(r)),
-                    ..
-                }) if r.applies() => Some((q.name.as_str(), value(r)?)),
-                _ => None,
-            })
-            .collect();
-        // A family only when it has samples: with no limit or hold
-        // configured, /metrics is what it was.
-        if samples.is_empty() {
-            continue;
-        }
-        family(&mut out, name, kind, help);
-        for (queue, v) in samples {
-            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v}", escape_label(queue));
-        }
+        let samples = per_queue(s, |c| match &c.release {
+            Some(Ok(r)) if r.applies() => value(r),
+            _ => None,
+        });
+        queue_family(&mut out, name, kind, help, samples);
+    }
+    for (name, help, value) in GROUP_GAUGES {
+        let samples = per_queue(s, |c| match &c.groups {
+            Some(Ok(g)) => Some(value(g)),
+            _ => None,
+        });
+        queue_family(&mut out, name, "gauge", help, samples);
     }
     for (field, value) in &s.info {
         if let Some((_, help)) = COUNTERS.iter().find(|(f, _)| f == field) {
@@ -342,6 +387,7 @@ mod tests {
             dead: n + 4,
             spread: vec![],
             release: None,
+            groups: None,
         }
     }
 

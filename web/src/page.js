@@ -42,6 +42,7 @@ function card(name) {
       <div data-field="in_flight" title="Delivered to a consumer of the stream, not yet acknowledged (0 for a list)"><b>0</b><small>in flight</small></div>
       <div class="dead" data-field="dead"><b>0</b><small>dead</small></div></div>
     <div class="release" hidden></div>
+    <div class="groups" hidden></div>
     <svg class="spread" preserveAspectRatio="none" role="img"><path d=""></path></svg>
     <div class="axis"><span>now</span><span class="peak"></span><span class="end"></span></div>
     <div class="hint"></div><div class="err"></div>`;
@@ -53,7 +54,7 @@ function card(name) {
         svg: el.querySelector("svg"), path: el.querySelector("path"),
         peak: el.querySelector(".peak"), end: el.querySelector(".end"),
         hint: el.querySelector(".hint"), err: el.querySelector(".err"),
-        release: el.querySelector(".release") };
+        release: el.querySelector(".release"), groups: el.querySelector(".groups") };
   c.svg.addEventListener("mousemove", (ev) => hover(c, ev));
   c.svg.addEventListener("mouseleave", () => { c.hint.textContent = ""; });
   cards.set(name, c);
@@ -132,11 +133,59 @@ function showRelease(c, r) {
   el.replaceChildren(...parts.flatMap((p, i) => i ? [" · ", p] : [p]));
 }
 
+// One group of a list: its name (the full name in the title) and a number.
+function groupItem(g, text, title) {
+  const li = document.createElement("li");
+  li.dataset.group = g.group;
+  const name = document.createElement("span");
+  name.className = "name";
+  name.textContent = g.group;
+  name.title = g.group;
+  li.append(name, ` ${text}`);
+  if (title) li.title = title;
+  return li;
+}
+// What holds a limited group back: no room in its limit, its own hold.
+function groupHold(g) {
+  const why = [];
+  if (g.held_for_ms > 0) why.push(`held ${fmt.format(g.held_for_ms)} ms`);
+  if (g.available === 0 && g.due > 0) why.push(`limit ${perTime(g.limit_rate_per_second)} burst ${fmt.format(g.limit_burst)}, none available`);
+  return why.join(", ");
+}
+// A queue's groups (ECHO.GROUPS): how many, the ten largest backlogs and
+// the groups held back now, at most ten listed. Hidden when the server
+// shows no groups for the queue (q.groups null, or none with members).
+function showGroups(c, g) {
+  const el = c.groups;
+  el.hidden = !g || (!g.error && g.count === 0);
+  el.classList.toggle("err", !!(g && g.error));
+  if (el.hidden) { el.replaceChildren(); return; }
+  if (g.error) { el.replaceChildren(part("error", `groups: ${g.error}`)); return; }
+  const summary = document.createElement("div");
+  summary.dataset.groups = "summary";
+  const of = g.truncated ? ` (of the first ${fmt.format(g.count)} groups by name: echomq-web reads at most that many)` : "";
+  summary.textContent = `${fmt.format(g.count)}${g.truncated ? "+" : ""} groups · ${fmt.format(g.limited_count)} held back${of}`;
+  const largest = document.createElement("ol");
+  largest.dataset.groups = "largest";
+  largest.title = "the largest backlogs";
+  largest.replaceChildren(...g.largest.map(x => groupItem(x, `${fmt.format(x.members)} (${fmt.format(x.due)} due)`)));
+  const parts = [summary, largest];
+  if (g.limited.length) {
+    const limited = document.createElement("ol");
+    limited.dataset.groups = "limited";
+    limited.title = "held back now by their group limit or their own hold";
+    limited.replaceChildren(...g.limited.map(x => groupItem(x, `${fmt.format(x.due)} due: ${groupHold(x)}`)));
+    parts.push(limited);
+  }
+  el.replaceChildren(...parts);
+}
+
 function update(c, q) {
   c.data = q;
-  if (q.error) { c.err.textContent = q.error; showRelease(c, null); return; }
+  if (q.error) { c.err.textContent = q.error; showRelease(c, null); showGroups(c, null); return; }
   c.err.textContent = "";
   showRelease(c, q.release);
+  showGroups(c, q.groups);
   for (const f of FIELDS) c.nums[f].textContent = fmt.format(q[f]);
   c.end.textContent = windowInfo ? `+${seconds(windowInfo.ms)}` : "";
   draw(c, q.spread);

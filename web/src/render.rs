@@ -2,7 +2,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::snapshot::{Counts, Number, Release, Snapshot};
+use crate::snapshot::{Counts, Group, Groups, Number, Release, Snapshot};
 
 /// A queue's release limit and hold: null from a module without
 /// ECHO.LIMITS, `{"error": ...}` when the server refused it; otherwise every
@@ -30,6 +30,44 @@ fn release_json(c: &Counts, now_ms: i64) -> Value {
     })
 }
 
+/// A group of the `largest` list: its backlog.
+fn backlog_json(g: &Group) -> Value {
+    json!({ "group": g.name, "members": g.members, "due": g.due })
+}
+
+/// A group of the `limited` list: its backlog and what holds it back.
+fn limited_json(g: &Group, now_ms: i64) -> Value {
+    json!({
+        "group": g.name,
+        "members": g.members,
+        "due": g.due,
+        "limit_rate_per_second": g.limit_rate_per_second,
+        "limit_burst": g.limit_burst,
+        "available": g.available,
+        "held_until_ms": g.held_until_ms,
+        "held_for_ms": g.held_until_ms.saturating_sub(now_ms).max(0),
+    })
+}
+
+/// A queue's groups: null when the server shows none (a module without
+/// ECHO.GROUPS, a schedule it cannot group), `{"error": ...}` when it
+/// refused; otherwise the count, the limited count and the two lists of at
+/// most ten, `truncated` when more groups were there than a scrape reads.
+fn groups_json(c: &Counts, now_ms: i64) -> Value {
+    let g: &Groups = match &c.groups {
+        None => return Value::Null,
+        Some(Err(e)) => return json!({ "error": e }),
+        Some(Ok(g)) => g,
+    };
+    json!({
+        "count": g.count,
+        "truncated": g.truncated(),
+        "largest": g.largest.iter().map(backlog_json).collect::<Vec<_>>(),
+        "limited_count": g.limited_count,
+        "limited": g.limited.iter().map(|l| limited_json(l, now_ms)).collect::<Vec<_>>(),
+    })
+}
+
 pub fn queues_json(s: &Snapshot) -> Value {
     let queues: Vec<Value> = s
         .queues
@@ -44,6 +82,7 @@ pub fn queues_json(s: &Snapshot) -> Value {
                 "dead": c.dead,
                 "spread": c.spread,
                 "release": release_json(c, s.now_ms),
+                "groups": groups_json(c, s.now_ms),
             }),
             Err(e) => json!({ "name": q.name, "error": e }),
         })
@@ -121,6 +160,7 @@ mod tests {
                             }),
                             held_until_ms: 1250,
                         })),
+                        groups: None,
                     }),
                 },
                 QueueStats {
@@ -136,6 +176,7 @@ mod tests {
                             limit: None,
                             held_until_ms: 0,
                         })),
+                        groups: None,
                     }),
                 },
                 QueueStats {
@@ -148,6 +189,7 @@ mod tests {
                         dead: 0,
                         spread: vec![0, 0, 0],
                         release: None,
+                        groups: None,
                     }),
                 },
                 QueueStats {
@@ -173,13 +215,15 @@ mod tests {
                     {"name": "a", "scheduled": 5, "due": 1, "pending": 2, "in_flight": 1, "dead": 3, "spread": [1, 0, 3],
                      "release": {"limited": true, "rate_per_second": 100.0, "rate_in_force_per_second": 50.0,
                                  "adaptive": true, "burst": 10, "available": 0, "held_until_ms": 1250,
-                                 "held_for_ms": 250, "held_back": 1, "released": 12, "failures": 3}},
+                                 "held_for_ms": 250, "held_back": 1, "released": 12, "failures": 3},
+                     "groups": null},
                     {"name": "free", "scheduled": 4, "due": 4, "pending": 0, "in_flight": 0, "dead": 0, "spread": [0, 0, 0],
                      "release": {"limited": false, "rate_per_second": null, "rate_in_force_per_second": null,
                                  "adaptive": null, "burst": null, "available": null, "held_until_ms": 0,
-                                 "held_for_ms": 0, "held_back": 0, "released": null, "failures": null}},
+                                 "held_for_ms": 0, "held_back": 0, "released": null, "failures": null},
+                     "groups": null},
                     {"name": "old", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": [0, 0, 0],
-                     "release": null},
+                     "release": null, "groups": null},
                     {"name": "b", "error": "WRONGTYPE x"},
                 ],
                 "info": {"echomq_retries": 4, "echomq_x": 0.5, "echomq_eviction_policy_safe": 0},

@@ -9,7 +9,10 @@
 //! meets a key of the wrong type: an error reply would count in the server's
 //! error stats, and ECHO.SPREAD's in `echomq_errors`, changing what the next
 //! scrape shows. The same pipeline asks ECHO.LIMITS of each schedule (its
-//! release limit and hold, which need no key to exist). Each queue's
+//! release limit and hold, which need no key to exist) and the first page of
+//! its ECHO.GROUPS (the groups live in keys of their own); a queue with more
+//! than one page of groups takes one more round trip per page, all such
+//! queues' pages in one pipeline, up to [`GROUP_PAGES`] pages. Each queue's
 //! commands in that pipeline come from one plan ([`Step`]s), which sends
 //! them and then decodes their replies.
 //! Only read commands, none of them @admin or @dangerous (no CONFIG): see
@@ -61,6 +64,119 @@ pub struct Counts {
     /// command (an older one), Err with the server's error otherwise (e.g.
     /// a user not allowed it), which leaves the counts shown.
     pub release: Option<Result<Release, String>>,
+    /// ECHO.GROUPS of the schedule: None when there are no groups to read
+    /// (a module without the command, a schedule name without a hash tag),
+    /// Err with the server's error otherwise, which leaves the counts shown.
+    pub groups: Option<Result<Groups, String>>,
+}
+
+/// Groups asked per ECHO.GROUPS page, the command's most.
+pub const GROUP_PAGE: u32 = 1000;
+/// Pages of ECHO.GROUPS read per queue per scrape: beyond
+/// `GROUP_PAGES * GROUP_PAGE` groups (100,000), the figures are those of the
+/// first ones by name, and [`Groups::truncated`] says so.
+pub const GROUP_PAGES: u32 = 100;
+/// How many groups each list of [`Groups`] names.
+pub const GROUPS_LISTED: usize = 10;
+
+/// One group of a grouped schedule, as an ECHO.GROUPS entry gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub name: String,
+    pub members: i64,
+    pub due: i64,
+    /// The group's limit (None when not limited): per second, and burst.
+    pub limit_rate_per_second: Option<f64>,
+    pub limit_burst: Option<i64>,
+    /// What its limit lets leave now; None when not limited.
+    pub available: Option<i64>,
+    pub waiting_until_ms: i64,
+    /// The end of the group's own hold, 0 for none.
+    pub held_until_ms: i64,
+}
+
+impl Group {
+    /// Whether the group is held back at `now_ms`: due members and no room
+    /// in its limit, or its own hold not yet over.
+    pub fn limited(&self, now_ms: i64) -> bool {
+        (self.due > 0 && self.available == Some(0)) || self.held_until_ms > now_ms
+    }
+}
+
+/// What a scrape read of a schedule's groups, bounded: two counts and the
+/// first [`GROUPS_LISTED`] of two lists, whatever the number of groups.
+/// The ungrouped members (ECHO.GROUPS's group with the empty name) are
+/// not a group here: they are the schedule's own `scheduled`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Groups {
+    /// Named groups with members, of those read.
+    pub count: i64,
+    /// Of those, the groups [`Group::limited`] now.
+    pub limited_count: i64,
+    /// The largest backlogs: most members first, then by name.
+    pub largest: Vec<Group>,
+    /// Groups limited now: most due first, then by name.
+    pub limited: Vec<Group>,
+    /// ECHO.GROUPS pages read.
+    pub pages: u32,
+    /// The cursor of the next page, "0" when every group was read.
+    pub cursor: String,
+}
+
+impl Groups {
+    fn new() -> Groups {
+        Groups {
+            count: 0,
+            limited_count: 0,
+            largest: Vec::new(),
+            limited: Vec::new(),
+            pages: 0,
+            cursor: "0".into(),
+        }
+    }
+
+    /// Whether some groups were left unread (more than [`GROUP_PAGES`]
+    /// pages): the figures are then those of the first `count` groups.
+    pub fn truncated(&self) -> bool {
+        self.cursor != "0"
+    }
+
+    /// One ECHO.GROUPS reply, `[cursor, [entry...]]`, added.
+    fn add_page(&mut self, v: &Value, now_ms: i64) -> Result<(), String> {
+        let (cursor, entries) = match v {
+            Value::Array(parts) => match &parts[..] {
+                [cursor, Value::Array(entries)] => (
+                    text(cursor).ok_or_else(|| format!("ECHO.GROUPS: cursor {cursor:?}"))?,
+                    entries,
+                ),
+                _ => return Err(format!("ECHO.GROUPS: {v:?}")),
+            },
+            Value::ServerError(e) => return Err(server_error(e)),
+            other => return Err(format!("ECHO.GROUPS: {other:?}")),
+        };
+        for entry in entries {
+            let g = group(entry).map_err(|e| format!("ECHO.GROUPS: {e}"))?;
+            if g.name.is_empty() {
+                continue;
+            }
+            self.count = self.count.saturating_add(1);
+            if g.limited(now_ms) {
+                self.limited_count = self.limited_count.saturating_add(1);
+                self.limited.push(g.clone());
+            }
+            self.largest.push(g);
+        }
+        let by = |key: fn(&Group) -> i64| {
+            move |a: &Group, b: &Group| key(b).cmp(&key(a)).then_with(|| a.name.cmp(&b.name))
+        };
+        self.largest.sort_by(by(|g| g.members));
+        self.largest.truncate(GROUPS_LISTED);
+        self.limited.sort_by(by(|g| g.due));
+        self.limited.truncate(GROUPS_LISTED);
+        self.pages += 1;
+        self.cursor = cursor;
+        Ok(())
+    }
 }
 
 /// What ECHO.LIMITS says of a schedule.
@@ -351,8 +467,8 @@ fn groups_pending(v: &Value) -> Result<i64, String> {
     Ok(sum)
 }
 
-/// A number of an ECHO.LIMITS reply: nil as None, a double as RESP3 gives
-/// it or as RESP2's bulk string, an integer.
+/// A number of an ECHO.LIMITS or ECHO.GROUPS reply: nil as None, a double
+/// as RESP3 gives it or as RESP2's bulk string, an integer.
 fn limits_number(v: &Value) -> Result<Option<f64>, String> {
     match v {
         Value::Nil => Ok(None),
@@ -362,7 +478,7 @@ fn limits_number(v: &Value) -> Result<Option<f64>, String> {
             .and_then(|t| t.parse::<f64>().ok())
             .filter(|f| f.is_finite())
             .map(Some)
-            .ok_or_else(|| format!("ECHO.LIMITS: not a number: {v:?}")),
+            .ok_or_else(|| format!("not a number: {v:?}")),
     }
 }
 
@@ -370,40 +486,103 @@ fn limits_int(v: &Value) -> Result<Option<i64>, String> {
     match v {
         Value::Nil => Ok(None),
         Value::Int(i) => Ok(Some(*i)),
-        other => Err(format!("ECHO.LIMITS: expected an integer, got {other:?}")),
+        other => Err(format!("expected an integer, got {other:?}")),
     }
+}
+
+/// The fields of a reply that is a map in RESP3 and a flat field/value
+/// array in RESP2; None for anything else.
+fn fields(v: &Value) -> Option<Vec<(String, &Value)>> {
+    match v {
+        Value::Array(items) if items.len() % 2 == 0 => Some(
+            items
+                .chunks_exact(2)
+                .map(|p| (text(&p[0]).unwrap_or_default(), &p[1]))
+                .collect(),
+        ),
+        Value::Map(kv) => Some(
+            kv.iter()
+                .map(|(k, v)| (text(k).unwrap_or_default(), v))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// The value of `name` among `pairs`.
+fn field<'a>(pairs: &[(String, &'a Value)], name: &str) -> Result<&'a Value, String> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| format!("no `{name}` field"))
+}
+
+/// An error reply that says the command does not exist (an older module).
+fn unknown_command(e: &redis::ServerError) -> bool {
+    e.code() == "ERR"
+        && e.details()
+            .is_some_and(|d| d.starts_with("unknown command"))
+}
+
+/// One entry of an ECHO.GROUPS page.
+fn group(v: &Value) -> Result<Group, String> {
+    let pairs = fields(v).ok_or_else(|| format!("an entry is {v:?}"))?;
+    let f = |name: &str| field(&pairs, name).map_err(|e| format!("{e} in {v:?}"));
+    let int = |name: &str| -> Result<i64, String> {
+        limits_int(f(name)?)?.ok_or_else(|| format!("`{name}` is nil"))
+    };
+    Ok(Group {
+        name: text(f("group")?).ok_or_else(|| format!("`group` in {v:?}"))?,
+        members: int("members")?,
+        due: int("due")?,
+        limit_rate_per_second: limits_number(f("limit-rate")?)?,
+        limit_burst: limits_int(f("limit-burst")?)?,
+        available: limits_int(f("available")?)?,
+        waiting_until_ms: int("waiting-until-ms")?,
+        held_until_ms: int("held-until-ms")?,
+    })
+}
+
+/// The first ECHO.GROUPS page of a schedule: None when the server has no
+/// groups to show (a module without the command, or a schedule it cannot
+/// group), Err for any other error reply or a reply not the command's.
+fn first_group_page(v: &Value, now_ms: i64) -> Option<Result<Groups, String>> {
+    if let Value::ServerError(e) = v {
+        if unknown_command(e)
+            || (e.code() == "ERR"
+                && e.details()
+                    .is_some_and(|d| d.starts_with("a grouped schedule needs")))
+        {
+            return None;
+        }
+    }
+    let mut g = Groups::new();
+    Some(g.add_page(v, now_ms).map(|()| g))
+}
+
+/// Whether `key` has a hash tag, as the server finds one: a `{` and, after
+/// it, a `}` with something between. ECHO.GROUPS refuses a schedule without
+/// one (an error that would count in `echomq_errors`), so none is sent.
+pub fn has_hash_tag(key: &str) -> bool {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.find('}'))
+        .is_some_and(|end| end > 0)
 }
 
 /// An ECHO.LIMITS reply (a map in RESP3, a flat field/value array in
 /// RESP2): None for an older module without the command, Err for any other
 /// error reply or a reply that is not what the command gives.
 fn release(v: &Value) -> Option<Result<Release, String>> {
-    let pairs: Vec<(String, &Value)> = match v {
-        Value::Array(items) if items.len() % 2 == 0 => items
-            .chunks_exact(2)
-            .map(|p| (text(&p[0]).unwrap_or_default(), &p[1]))
-            .collect(),
-        Value::Map(kv) => kv
-            .iter()
-            .map(|(k, v)| (text(k).unwrap_or_default(), v))
-            .collect(),
-        Value::ServerError(e)
-            if e.code() == "ERR"
-                && e.details()
-                    .is_some_and(|d| d.starts_with("unknown command")) =>
-        {
-            return None
-        }
+    let pairs = match v {
+        Value::ServerError(e) if unknown_command(e) => return None,
         Value::ServerError(e) => return Some(Err(server_error(e))),
-        other => return Some(Err(format!("ECHO.LIMITS: {other:?}"))),
+        v => match fields(v) {
+            Some(p) => p,
+            None => return Some(Err(format!("ECHO.LIMITS: {v:?}"))),
+        },
     };
-    let field = |name: &str| -> Result<&Value, String> {
-        pairs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| *v)
-            .ok_or_else(|| format!("ECHO.LIMITS: no `{name}` field"))
-    };
+    let field = |name: &str| field(&pairs, name);
     let decode = || -> Result<Release, String> {
         let held_until_ms = limits_int(field("held-until-ms")?)?.unwrap_or(0);
         let Some(rate_per_second) = limits_number(field("rate")?)? else {
@@ -413,13 +592,13 @@ fn release(v: &Value) -> Option<Result<Release, String>> {
             });
         };
         let int = |name: &str| -> Result<i64, String> {
-            limits_int(field(name)?)?.ok_or_else(|| format!("ECHO.LIMITS: `{name}` is nil"))
+            limits_int(field(name)?)?.ok_or_else(|| format!("`{name}` is nil"))
         };
         Ok(Release {
             limit: Some(Limit {
                 rate_per_second,
                 in_force_per_second: limits_number(field("rate-in-force")?)?
-                    .ok_or("ECHO.LIMITS: `rate-in-force` is nil")?,
+                    .ok_or("`rate-in-force` is nil")?,
                 burst: int("burst")?,
                 adaptive: int("adaptive")? != 0,
                 available: int("available")?,
@@ -429,7 +608,7 @@ fn release(v: &Value) -> Option<Result<Release, String>> {
             held_until_ms,
         })
     };
-    Some(decode())
+    Some(decode().map_err(|e| format!("ECHO.LIMITS: {e}")))
 }
 
 /// The server's own text for a key of the wrong type.
@@ -475,6 +654,10 @@ enum Step {
     /// ECHO.LIMITS schedule: `release`. Sent whatever the keys' types: a
     /// limit or a hold needs no key.
     Limits,
+    /// ECHO.GROUPS schedule COUNT 1000, the first page: `groups`. Sent
+    /// whatever the keys' types (a grouped job is in a key of its group's),
+    /// for a schedule with a hash tag.
+    GroupPage,
 }
 
 impl Step {
@@ -497,11 +680,12 @@ impl Step {
             Step::Groups => redis::cmd("XINFO").arg("GROUPS").arg(&k.pending).clone(),
             Step::Dead => redis::cmd("ZCARD").arg(&k.dead).clone(),
             Step::Limits => redis::cmd("ECHO.LIMITS").arg(&k.schedule).clone(),
+            Step::GroupPage => group_page(&k.schedule, "0"),
         }
     }
 
     /// Sets the count this step reads from its reply.
-    fn decode(self, v: &Value, c: &mut Counts) -> Result<(), String> {
+    fn decode(self, v: &Value, c: &mut Counts, now_ms: i64) -> Result<(), String> {
         match self {
             Step::Scheduled => c.scheduled = int(v)?,
             Step::Due => c.due = int(v)?,
@@ -511,19 +695,32 @@ impl Step {
             Step::Dead => c.dead = int(v)?,
             // Never the queue's error: the counts stand without it.
             Step::Limits => c.release = release(v),
+            Step::GroupPage => c.groups = first_group_page(v, now_ms),
         }
         Ok(())
     }
 }
 
+/// One ECHO.GROUPS page of `schedule` from `cursor` ("0": the first).
+fn group_page(schedule: &str, cursor: &str) -> redis::Cmd {
+    redis::cmd("ECHO.GROUPS")
+        .arg(schedule)
+        .arg("CURSOR")
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(GROUP_PAGE)
+        .clone()
+}
+
 /// The commands that read one queue, from the TYPEs of its schedule,
-/// `pending` and dead set; Err with the first key's error (e.g. WRONGTYPE),
-/// and then nothing is sent for the queue.
-fn plan(types: &[Value], with_spread: bool) -> Result<Vec<Step>, String> {
+/// `pending` and dead set, and whether its schedule can be grouped (has a
+/// hash tag); Err with the first key's error (e.g. WRONGTYPE), and then
+/// nothing is sent for the queue.
+fn plan(types: &[Value], with_spread: bool, grouped: bool) -> Result<Vec<Step>, String> {
     let [schedule, pending, dead] = types else {
         return Err(format!("TYPE: {types:?}"));
     };
-    let mut steps = Vec::with_capacity(7);
+    let mut steps = Vec::with_capacity(8);
     if expect(schedule, &["zset"])?.is_some() {
         steps.extend([Step::Scheduled, Step::Due]);
         if with_spread {
@@ -539,12 +736,20 @@ fn plan(types: &[Value], with_spread: bool) -> Result<Vec<Step>, String> {
         steps.push(Step::Dead);
     }
     steps.push(Step::Limits);
+    if grouped {
+        steps.push(Step::GroupPage);
+    }
     Ok(steps)
 }
 
 /// A queue's counts from the replies to its plan's commands, in order. A
 /// missing key counts 0 (and an empty spread of `buckets` zeros).
-fn counts(steps: &[Step], replies: &[Value], spread_buckets: usize) -> Result<Counts, String> {
+fn counts(
+    steps: &[Step],
+    replies: &[Value],
+    spread_buckets: usize,
+    now_ms: i64,
+) -> Result<Counts, String> {
     if steps.len() != replies.len() {
         return Err("missing reply".to_string());
     }
@@ -556,9 +761,10 @@ fn counts(steps: &[Step], replies: &[Value], spread_buckets: usize) -> Result<Co
         dead: 0,
         spread: vec![0; spread_buckets],
         release: None,
+        groups: None,
     };
     for (step, v) in steps.iter().zip(replies) {
-        step.decode(v, &mut c)?;
+        step.decode(v, &mut c, now_ms)?;
     }
     Ok(c)
 }
@@ -601,7 +807,7 @@ pub async fn first(con: &mut MultiplexedConnection) -> Result<First, RedisError>
 pub struct Read {
     pub info: Vec<(String, Number)>,
     pub queues: Vec<QueueStats>,
-    /// Pipelines sent: 1, or 2 when some key exists.
+    /// Pipelines sent: 2, and one per further page of ECHO.GROUPS.
     pub round_trips: u32,
 }
 
@@ -637,7 +843,8 @@ pub async fn read_queues(
     };
     let plans: Vec<Result<Vec<Step>, String>> = replies[1..]
         .chunks_exact(3)
-        .map(|types| plan(types, with_spread))
+        .zip(&keys)
+        .map(|(types, k)| plan(types, with_spread, has_hash_tag(&k.schedule)))
         .collect();
 
     // Third: each queue's plan, sent in order.
@@ -670,23 +877,81 @@ pub async fn read_queues(
         0
     };
     let mut rest = &third[..];
-    let queues = names
+    let mut queues: Vec<QueueStats> = names
         .into_iter()
         .zip(plans)
         .map(|(name, plan)| {
             let counts = plan.and_then(|steps| {
                 let (mine, tail) = rest.split_at(steps.len().min(rest.len()));
                 rest = tail;
-                counts(&steps, mine, spread_buckets)
+                counts(&steps, mine, spread_buckets, now_ms)
             });
             QueueStats { name, counts }
         })
         .collect();
+    round_trips += more_group_pages(con, &keys, &mut queues, now_ms).await?;
     Ok(Read {
         info,
         queues,
         round_trips,
     })
+}
+
+/// The groups of a queue whose first page did not end them, if it is
+/// still to be read further.
+fn open_groups(q: &mut QueueStats) -> Option<&mut Groups> {
+    match &mut q.counts {
+        Ok(Counts {
+            groups: Some(Ok(g)),
+            ..
+        }) if g.truncated() && g.pages < GROUP_PAGES => Some(g),
+        _ => None,
+    }
+}
+
+/// The further ECHO.GROUPS pages of the queues whose first page did not end
+/// their groups: each round trip one page of every such queue, until every
+/// queue's groups are read or [`GROUP_PAGES`] pages were. Returns the round
+/// trips sent.
+async fn more_group_pages(
+    con: &mut MultiplexedConnection,
+    keys: &[Keys],
+    queues: &mut [QueueStats],
+    now_ms: i64,
+) -> Result<u32, RedisError> {
+    let mut round_trips = 0;
+    loop {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut asked: Vec<usize> = Vec::new();
+        for (i, (q, k)) in queues.iter_mut().zip(keys).enumerate() {
+            if let Some(g) = open_groups(q) {
+                pipe.add_command(group_page(&k.schedule, &g.cursor));
+                asked.push(i);
+            }
+        }
+        if asked.is_empty() {
+            return Ok(round_trips);
+        }
+        round_trips += 1;
+        let replies: Vec<Value> = pipe.query_async(con).await?;
+        if replies.len() != asked.len() {
+            return Err(error(
+                "ECHO.GROUPS pipeline",
+                format!("{} replies for {} commands", replies.len(), asked.len()),
+            ));
+        }
+        for (i, v) in asked.into_iter().zip(&replies) {
+            let q = &mut queues[i];
+            if let Some(g) = open_groups(q) {
+                if let Err(e) = g.add_page(v, now_ms) {
+                    if let Ok(c) = &mut q.counts {
+                        c.groups = Some(Err(e));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The spread window of a scrape at `now_ms`.
@@ -882,7 +1147,7 @@ mod tests {
             let e = key_type(&v).unwrap_err();
             assert!(crate::cluster::is_redirect(&e), "{e}");
             assert!(e.ends_with("105 127.0.0.1:7000"), "{e}");
-            assert_eq!(plan(&[v.clone(), v.clone(), v], true), Err(e));
+            assert_eq!(plan(&[v.clone(), v.clone(), v], true, true), Err(e));
         }
     }
 
@@ -902,7 +1167,7 @@ mod tests {
         let ty = |s: &str| Value::SimpleString(s.to_string());
         use Step::*;
         assert_eq!(
-            plan(&[ty("zset"), ty("stream"), ty("zset")], true),
+            plan(&[ty("zset"), ty("stream"), ty("zset")], true, true),
             Ok(vec![
                 Scheduled,
                 Due,
@@ -910,32 +1175,175 @@ mod tests {
                 StreamLength,
                 Groups,
                 Dead,
-                Limits
+                Limits,
+                GroupPage
             ])
         );
         assert_eq!(
-            plan(&[ty("zset"), ty("list"), ty("none")], false),
+            plan(&[ty("zset"), ty("list"), ty("none")], false, false),
             Ok(vec![Scheduled, Due, ListLength, Limits])
         );
         assert_eq!(
-            plan(&[ty("none"), ty("none"), ty("none")], true),
-            Ok(vec![Limits])
+            plan(&[ty("none"), ty("none"), ty("none")], true, true),
+            Ok(vec![Limits, GroupPage])
         );
         assert_eq!(
-            plan(&[ty("none"), ty("string"), ty("zset")], true),
+            plan(&[ty("none"), ty("string"), ty("zset")], true, true),
             Err(WRONGTYPE.to_string())
         );
         let c = counts(
             &[Scheduled, Due, ListLength, Dead],
             &[Value::Int(5), Value::Int(2), Value::Int(7), Value::Int(1)],
             3,
+            0,
         )
         .unwrap();
         assert_eq!(
             (c.scheduled, c.due, c.pending, c.in_flight, c.dead, c.spread),
             (5, 2, 7, 0, 1, vec![0, 0, 0])
         );
-        assert!(counts(&[Scheduled], &[], 0).is_err());
+        assert!(counts(&[Scheduled], &[], 0, 0).is_err());
+    }
+
+    /// An ECHO.GROUPS entry as RESP2 gives it (a flat array, doubles as
+    /// bulk strings), or RESP3 (a map, doubles as doubles).
+    fn entry(
+        resp3: bool,
+        name: &str,
+        members: i64,
+        due: i64,
+        limit: Option<(f64, i64, i64)>,
+        held_until_ms: i64,
+    ) -> Value {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let (rate, burst, available) = match limit {
+            Some((r, b, a)) if resp3 => (Value::Double(r), Value::Int(b), Value::Int(a)),
+            Some((r, b, a)) => (bulk(&r.to_string()), Value::Int(b), Value::Int(a)),
+            None => (Value::Nil, Value::Nil, Value::Nil),
+        };
+        let kv = [
+            ("group", bulk(name)),
+            ("members", Value::Int(members)),
+            ("due", Value::Int(due)),
+            ("limit-rate", rate),
+            ("limit-burst", burst),
+            ("available", available),
+            ("waiting-until-ms", Value::Int(0)),
+            ("held-until-ms", Value::Int(held_until_ms)),
+        ];
+        if resp3 {
+            Value::Map(kv.into_iter().map(|(k, v)| (bulk(k), v)).collect())
+        } else {
+            Value::Array(kv.into_iter().flat_map(|(k, v)| [bulk(k), v]).collect())
+        }
+    }
+
+    fn page(cursor: &str, entries: Vec<Value>) -> Value {
+        Value::Array(vec![
+            Value::BulkString(cursor.as_bytes().to_vec()),
+            Value::Array(entries),
+        ])
+    }
+
+    #[test]
+    fn echo_groups_pages_add_up_to_two_bounded_lists() {
+        for resp3 in [false, true] {
+            let now = 1000;
+            // The ungrouped members first (not a group), then 12 groups of
+            // 1..=12 members over two pages; g03 held until after now, g05
+            // limited with nothing available, g07 limited with room, g09
+            // limited with no room but nothing due, g11 held until before now.
+            let g = |i: i64| {
+                let name = format!("g{i:02}");
+                let (limit, held, due) = match i {
+                    3 => (None, now + 1, i),
+                    5 => (Some((2.5, 2, 0)), 0, i),
+                    7 => (Some((1.0, 1, 1)), 0, i),
+                    9 => (Some((1.0, 1, 0)), 0, 0),
+                    11 => (None, now - 1, i),
+                    _ => (None, 0, i),
+                };
+                entry(resp3, &name, i, due, limit, held)
+            };
+            let mut first = vec![entry(resp3, "", 50, 50, None, 0)];
+            first.extend((1..=6).map(g));
+            let mut groups = first_group_page(&page("x673036", first), now)
+                .expect("groups")
+                .expect("a page");
+            assert!(groups.truncated());
+            groups
+                .add_page(&page("0", (7..=12).map(g).collect()), now)
+                .expect("a page");
+            assert!(!groups.truncated());
+            assert_eq!(
+                (groups.count, groups.limited_count, groups.pages),
+                (12, 2, 2)
+            );
+            let names = |l: &[Group]| l.iter().map(|g| g.name.clone()).collect::<Vec<_>>();
+            let want: Vec<String> = (3..=12).rev().map(|i| format!("g{i:02}")).collect();
+            assert_eq!(names(&groups.largest), want);
+            assert_eq!(names(&groups.limited), ["g05", "g03"]);
+            let g05 = &groups.limited[0];
+            assert_eq!(
+                (
+                    g05.limit_rate_per_second,
+                    g05.limit_burst,
+                    g05.available,
+                    g05.due
+                ),
+                (Some(2.5), Some(2), Some(0), 5)
+            );
+        }
+        // Ties in size go by name; an empty schedule has no groups.
+        let mut ties = Groups::new();
+        let same = (0..12)
+            .rev()
+            .map(|i| entry(false, &format!("t{i:02}"), 3, 0, None, 0));
+        ties.add_page(&page("0", same.collect()), 0)
+            .expect("a page");
+        assert_eq!(ties.largest.first().map(|g| g.name.as_str()), Some("t00"));
+        assert_eq!(ties.largest.len(), GROUPS_LISTED);
+        let empty = Groups {
+            pages: 1,
+            ..Groups::new()
+        };
+        assert_eq!(first_group_page(&page("0", vec![]), 0), Some(Ok(empty)));
+    }
+
+    #[test]
+    fn echo_groups_errors_none_from_a_module_without_groups() {
+        let reply = |text: &[u8]| redis::parse_redis_value(text).expect("a reply");
+        assert_eq!(
+            first_group_page(
+                &reply(b"-ERR unknown command 'ECHO.GROUPS', with args beginning with: \r\n"),
+                0
+            ),
+            None
+        );
+        assert_eq!(
+            first_group_page(&reply(b"-ERR a grouped schedule needs a {hash tag}\r\n"), 0),
+            None
+        );
+        assert_eq!(
+            first_group_page(
+                &reply(b"-NOPERM no permissions to run 'echo.groups'\r\n"),
+                0
+            ),
+            Some(Err("NOPERM no permissions to run 'echo.groups'".into()))
+        );
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![Value::Int(0)]),
+            page("0", vec![Value::Int(1)]),
+            page("0", vec![Value::Array(vec![])]),
+        ] {
+            assert!(matches!(first_group_page(&bad, 0), Some(Err(_))), "{bad:?}");
+        }
+        assert!(has_hash_tag("{orders}:schedule"));
+        assert!(has_hash_tag("{a}b}:schedule"));
+        assert!(!has_hash_tag("{}x}:schedule"));
+        assert!(!has_hash_tag("plain"));
+        assert!(!has_hash_tag("{open"));
     }
 
     #[test]

@@ -629,6 +629,11 @@ pub fn unlimited() -> Json {
            "held_for_ms": 0, "held_back": 0, "released": null, "failures": null})
 }
 
+/// The `groups` of a queue with none, on a server with groups.
+pub fn no_groups() -> Json {
+    json!({"count": 0, "truncated": false, "largest": [], "limited_count": 0, "limited": []})
+}
+
 /// Four queues under release limits, each with due members (none falls due
 /// or leaves while a test reads them: nothing promotes, and no limit
 /// refills within minutes where it matters):

@@ -17,6 +17,7 @@ mod node;
 
 mod api;
 mod cluster;
+mod groups;
 mod metrics;
 mod page;
 mod security;

@@ -93,7 +93,7 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
 
     // Every INFO echomq field: counters as <field>_total, the two gauges as themselves.
     let info = api["info"].as_object().expect("info");
-    assert_eq!(info.len(), 15, "{info:?}");
+    assert_eq!(info.len(), 17, "{info:?}");
     for (field, value) in info {
         let want = value.as_f64().expect("number");
         let got = match field.as_str() {
@@ -114,9 +114,20 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
         find("echomq_promote_calls_total", None),
         Some(("counter".into(), 1.0))
     );
-    // Nothing else: 1 + 15 queue samples + 15 INFO fields (no queue is
-    // limited or held, so no release series).
-    assert_eq!(samples.len(), 1 + 15 + 15, "{samples:?}");
+    // The groups of each readable queue: none here.
+    for q in ["orders", "s", weird] {
+        for name in ["echomq_groups", "echomq_groups_limited"] {
+            assert_eq!(
+                find(name, Some(q)),
+                Some(("gauge".into(), 0.0)),
+                "{q} {name}"
+            );
+        }
+    }
+    assert_eq!(find("echomq_groups", Some("bad")), None);
+    // Nothing else: 1 + 15 queue samples + 3 * 2 group gauges + 17 INFO
+    // fields (no queue is limited or held, so no release series).
+    assert_eq!(samples.len(), 1 + 15 + 6 + 17, "{samples:?}");
     assert!(!text.contains("echomq_release_rate"), "{text}");
 }
 
