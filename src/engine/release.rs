@@ -230,7 +230,8 @@ pub fn released(ctx: &Context, schedule: &[u8], allowance: &Allowance, count: u6
         return;
     };
     let before = limit.saved();
-    if limit.release(allowance.at_ms, count, held, adaptive) {
+    let window = limit.window_start_ms();
+    if limit.release(allowance.at_ms, count, held, adaptive) && limit.count_decrease_of(window) {
         stats::adaptive_decrease();
     }
     let changed = allowance.unsaved || limit.saved() != before;
@@ -257,7 +258,8 @@ pub fn failed(ctx: &Context, schedule: &[u8]) {
     };
     let restored = restore(ctx, schedule, limit, now_ms);
     let before = limit.saved();
-    if limit.fail(now_ms, adaptive) {
+    let window = limit.window_start_ms();
+    if limit.fail(now_ms, adaptive) && limit.count_decrease_of(window) {
         stats::adaptive_decrease();
     }
     let changed = match restored {
@@ -389,7 +391,8 @@ pub struct LimitView {
 }
 
 /// Works on a copy of the limit: a read-only command (served by a replica
-/// too) changes nothing, and a window that ended shows its effect.
+/// too) writes nothing, and a window that ended shows its effect; a decrease
+/// it shows is counted in INFO then, once.
 pub fn snapshot(ctx: &Context, schedule: &[u8]) -> Snapshot {
     let held_until_ms = held_until(ctx, schedule);
     let now_ms = now_ms();
@@ -402,7 +405,11 @@ pub fn snapshot(ctx: &Context, schedule: &[u8]) -> Snapshot {
         let mut view = limit.clone();
         // A state key of another type: what this node's memory has.
         let _ = restore(ctx, schedule, &mut view, now_ms);
-        view.roll(now_ms, adaptive);
+        // A window that ended shows its effect, and a decrease counts once
+        // (the release that books it does not count it again).
+        if view.roll(now_ms, adaptive) && limit.count_decrease_of(limit.window_start_ms()) {
+            stats::adaptive_decrease();
+        }
         LimitView {
             rate_per_second: view.spec().rate.per_second(),
             in_force_per_second: view.in_force_per_second(),

@@ -254,6 +254,9 @@ pub struct Limit {
     tat: u128,
     window_start_ms: i64,
     window: Window,
+    /// The window whose closing decrease was counted already (a read-only
+    /// view may close a window before a release books it).
+    decrease_counted_ms: Option<i64>,
     /// Since the entry was set.
     released: u64,
     failures: u64,
@@ -268,6 +271,7 @@ impl Limit {
             tat: 0,
             window_start_ms: now_ms,
             window: Window::default(),
+            decrease_counted_ms: None,
             released: 0,
             failures: 0,
         }
@@ -360,6 +364,21 @@ impl Limit {
         };
         self.rescale(in_force, self.spec.rate.period_ms, self.spec.burst, now_ms);
         decreased
+    }
+
+    /// When the window now counting began.
+    pub fn window_start_ms(&self) -> i64 {
+        self.window_start_ms
+    }
+
+    /// Whether the decrease that closed the window begun at
+    /// `window_start_ms` is yet to be counted; it is counted from now on. A
+    /// view (ECHO.LIMITS) and the release that then books the same window
+    /// count it once between them.
+    pub fn count_decrease_of(&mut self, window_start_ms: i64) -> bool {
+        let first = self.decrease_counted_ms != Some(window_start_ms);
+        self.decrease_counted_ms = Some(window_start_ms);
+        first
     }
 
     /// The rate in force, in members per second.
@@ -914,6 +933,27 @@ mod tests {
         };
         assert_eq!(until_ms, t0 + 200 + FORGET_AFTER_MS);
         assert_eq!(Saved::decode(text.as_bytes()), Some(low.saved()));
+    }
+
+    #[test]
+    fn a_decrease_is_counted_once_by_a_view_and_the_release_that_books_it() {
+        let t0 = 1_800_000_000_000;
+        let adaptive = Adaptive::default();
+        let mut limit = Limit::new(spec(100, 1000, 10, true), t0);
+        limit.fail(t0, adaptive);
+        let window = limit.window_start_ms();
+        let mut view = limit.clone();
+        assert!(
+            view.roll(t0 + 200, adaptive),
+            "the view closes the failing window"
+        );
+        assert!(limit.count_decrease_of(window));
+        assert!(
+            limit.release(t0 + 200, 0, false, adaptive),
+            "the release books it"
+        );
+        assert!(!limit.count_decrease_of(window), "already counted");
+        assert_eq!(limit.in_force_per_second(), 50.0);
     }
 
     #[test]
