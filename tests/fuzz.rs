@@ -126,6 +126,19 @@ fn word(rng: &mut Rng) -> Vec<u8> {
     }
 }
 
+/// A value of `echomq.release-limits` or `echomq.group-limits`: up to three
+/// `schedule rate burst` triples of valid and hostile words.
+fn limits_value(rng: &mut Rng) -> Vec<u8> {
+    let mut value = Vec::new();
+    for _ in 0..rng.below(4) {
+        for word in [word(rng), rate(rng), number_or_junk(rng)] {
+            value.extend_from_slice(&word);
+            value.push(b' ');
+        }
+    }
+    value
+}
+
 /// A config value. Pairs name only keys no command writes (`cfg` names), so
 /// the timer never moves anything between two digests.
 fn config_call(rng: &mut Rng) -> Vec<Vec<u8>> {
@@ -155,14 +168,7 @@ fn config_call(rng: &mut Rng) -> Vec<Vec<u8>> {
             // Limits on any of the command keys: a limit changes what a
             // later promote moves, never what a refused call writes.
             call.push(b"echomq.release-limits".to_vec());
-            let mut value = Vec::new();
-            for _ in 0..rng.below(4) {
-                for word in [word(rng), rate(rng), number_or_junk(rng)] {
-                    value.extend_from_slice(&word);
-                    value.push(b' ');
-                }
-            }
-            call.push(value);
+            call.push(limits_value(rng));
         }
         4 => {
             call.push(b"echomq.adaptive-window-ms".to_vec());
@@ -172,14 +178,7 @@ fn config_call(rng: &mut Rng) -> Vec<Vec<u8>> {
             // Group limits, as release limits: they change what a later
             // promote moves, never what a refused call writes.
             call.push(b"echomq.group-limits".to_vec());
-            let mut value = Vec::new();
-            for _ in 0..rng.below(4) {
-                for word in [word(rng), rate(rng), number_or_junk(rng)] {
-                    value.extend_from_slice(&word);
-                    value.push(b' ');
-                }
-            }
-            call.push(value);
+            call.push(limits_value(rng));
         }
         _ => {
             call.push(b"echomq.adaptive-failure-percent".to_vec());

@@ -178,36 +178,23 @@ fn schedule_and_retry_write_the_groups_set() {
     assert_eq!(exists, 0, "XX made no key");
     // Dead-lettering takes the member out of its group; an emptied group
     // leaves the index.
-    let died: i64 = q!(
-        &mut con,
-        "ECHO.RETRY",
-        S,
-        "k",
-        "fixed:1",
-        3,
-        "MAXATTEMPTS",
-        3,
-        "DEAD",
-        "{g}:dead",
-        "GROUP",
-        "t1"
-    );
-    assert_eq!(died, -1);
-    let died: i64 = q!(
-        &mut con,
-        "ECHO.RETRY",
-        S,
-        "j",
-        "fixed:1",
-        3,
-        "MAXATTEMPTS",
-        3,
-        "DEAD",
-        "{g}:dead",
-        "GROUP",
-        "t1"
-    );
-    assert_eq!(died, -1);
+    for job in ["k", "j"] {
+        let died: i64 = q!(
+            &mut con,
+            "ECHO.RETRY",
+            S,
+            job,
+            "fixed:1",
+            3,
+            "MAXATTEMPTS",
+            3,
+            "DEAD",
+            "{g}:dead",
+            "GROUP",
+            "t1"
+        );
+        assert_eq!(died, -1, "{job}");
+    }
     assert_eq!(keys(&mut con), ["{g}:dead"]);
     // NX on ECHO.ADD looks in the group.
     let fire: i64 = q!(&mut con, "ECHO.ADD", S, P, "n", "DELAY", 60_000, "GROUP", "t3");
