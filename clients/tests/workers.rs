@@ -559,7 +559,7 @@ fn workers_killed_mid_job_lose_nothing() {
 /// retry, its promotion into the list and each dead-lettering.
 #[test]
 fn the_list_layout_does_every_job_once_or_dead() {
-    let list_worker = cargo_example("echomq", "list_worker");
+    let list_worker = cargo_example("list_worker");
     let (queue, n) = ("listed", 200);
     let server = Server::start();
     let mut con = server.conn();

@@ -637,19 +637,21 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// Builds the example `name` of the workspace's `package` (release) and
-/// returns its path. `cargo test` of that package builds its examples
-/// already; building here as well covers a `cargo test --test <suite>` that
-/// does not, another package's tests, and a stale binary.
-pub fn cargo_example(package: &str, name: &str) -> PathBuf {
+/// Builds the workspace's example `name` (release) and returns its path.
+/// `cargo test --workspace` builds every example already; building here as
+/// well covers a `cargo test --test <suite>` that does not, and a stale
+/// binary. The build is `--workspace` like `cargo test`'s: with `-p` cargo
+/// resolves the shared crates' features differently and recompiles redis,
+/// tokio and the client (about a minute), twice per `make test` (once here,
+/// once for the next workspace build).
+pub fn cargo_example(name: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args([
             "build",
             "--release",
             "--quiet",
-            "-p",
-            package,
+            "--workspace",
             "--example",
             name,
         ])
@@ -658,7 +660,7 @@ pub fn cargo_example(package: &str, name: &str) -> PathBuf {
         .expect("run cargo");
     assert!(
         out.status.success(),
-        "cargo build -p {package} --example {name} failed:\n{}",
+        "cargo build --workspace --example {name} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let path = target_dir().join("release/examples").join(name);

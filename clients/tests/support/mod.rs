@@ -90,8 +90,7 @@ pub fn node_ready() -> Result<(), String> {
 /// for a `cargo test --test clients` that built no examples).
 pub fn rust_crossworker() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| cargo_example("echomq-client", "crossworker"))
-        .clone()
+    PATH.get_or_init(|| cargo_example("crossworker")).clone()
 }
 
 /// A server for a test of all three languages, its URL and a connection;

@@ -29,7 +29,7 @@ pub fn web_binary() -> &'static Path {
             .expect("run cargo");
         assert!(
             out.status.success(),
-            "cargo build -p echomq-web failed:\n{}",
+            "cargo build --workspace failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
         let path = node::target_dir().join("release/echomq-web");
