@@ -256,6 +256,10 @@ def report(b, elapsed):
         print("the worker threads live in the benchmark process (scripts/bench/herd.py says how); the")
         print("blink's first calls are not counted in the failures or the window maxima; the series")
         print("are written to %s." % b.herd_json_written)
+    if getattr(b, "tenants_json_written", None):
+        print("Tenants: every lane once per round, order rotating, fresh keys; the tenants' quotas and")
+        print("the worker threads live in the benchmark process (scripts/bench/tenants.py says how);")
+        print("the rounds are written to %s." % b.tenants_json_written)
     print()
     print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
     print("|---|---|---:|---:|---|---:|---|---|")

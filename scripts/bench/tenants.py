@@ -239,6 +239,7 @@ def run(bench):
         json.dump({"big_jobs": big_jobs, "arrivals_s": arrivals_s, "workers": WORKERS,
                    "service_s": SERVICE_S, "quota": QUOTA, "quota_burst": QUOTA_BURST,
                    "rounds": res}, f)
+    bench.tenants_json_written = path
 
     section = ("tenants' herd (t0 adds %d at once, t1..t9 %d/s each for %.0f s; quota %d/s %d a "
                "tenant; %d workers × %.0f ms; %d round%s)"
@@ -256,9 +257,10 @@ def run(bench):
         fpct = m(rs, "failed_pct")
         ratio, goal = "", ""
         if base and name != "limited":
-            ratio = "p99 %s× (b)'s; failed %%: %.0f× (b)'s" % (
+            base_fpct = m(base, "failed_pct")
+            ratio = "p99 %s× (b)'s; failed %s" % (
                 ("≥ %.0f" if p99_censored else "%.0f") % (p99 / max(1e-9, m(base, "p99_s"))),
-                fpct / max(1e-9, m(base, "failed_pct")))
+                "%.0f× (b)'s" % (fpct / base_fpct) if base_fpct else "(b): none")
         if name == "limited":
             goal = "p99 ≤ 1 s: %s; failed ≤ 1 %%: %s" % (ok(not p99_censored and p99 <= 1.0),
                                                         ok(fpct <= 1.0))
