@@ -53,6 +53,9 @@ def main():
                     help="tenants: rounds, every lane once per round (default 3, 1 with --quick)")
     ap.add_argument("--tenants-lanes", default="",
                     help="tenants: comma-separated subset of fifo,limited,fair,groups")
+    ap.add_argument("--tenants-grace", type=float, default=0,
+                    help="tenants: seconds after the last add for the small tenants' jobs "
+                    "(default 10; longer lets arrival order finish them)")
     ap.add_argument("--groups-old-module", default="",
                     help="groups: a module build to compare the ungrouped empty promote with "
                     "(started on a server of its own)")
@@ -80,6 +83,7 @@ def main():
     b.herd_json = a.herd_json
     b.herd_rounds, b.groups_old_module = a.herd_rounds, a.groups_old_module
     b.tenants_rounds, b.tenants_lanes = a.tenants_rounds, a.tenants_lanes
+    b.tenants_grace = a.tenants_grace
     b.servers, b.modules = a.servers, a.modules
     b.adaptive_window_ms = a.adaptive_window_ms
     b.adaptive_failure_percent = a.adaptive_failure_percent
