@@ -6,7 +6,7 @@ import sys
 
 from . import (auto_promote, clients, future_members, herd, latency, memory, promote_stream,
                promotion, retry_options, spread, throughput, versions, web_scrape, worker_layouts)
-from . import add, groups, herd_first, limits
+from . import add, groups, herd_first, limits, tenants
 from .harness import DEFAULT_LIST_WORKER, DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
 
@@ -22,6 +22,7 @@ SECTIONS.append(("add", add))  # ECHO.ADD's fast path against a producer's own X
 SECTIONS.append(("clients", clients))  # BullMQ's worker against the client libraries' (needs node)
 SECTIONS.append(("groups", groups))  # the fair release's cost per member, 100,000 groups
 SECTIONS.append(("herd_first", herd_first))  # new jobs against the dependency, BullMQ beside
+SECTIONS.append(("tenants", tenants))  # one tenant's 50,000 jobs beside nine small tenants
 SECTIONS.append(("herd", herd))  # the herd against a dependency, the longest: last
 
 
@@ -48,6 +49,13 @@ def main():
                     help="herd: comma-separated subset of plain,jitter,limit,adaptive,hold")
     ap.add_argument("--herd-rounds", type=int, default=1,
                     help="herd_first: rounds, every lane once per round")
+    ap.add_argument("--tenants-rounds", type=int, default=0,
+                    help="tenants: rounds, every lane once per round (default 3, 1 with --quick)")
+    ap.add_argument("--tenants-lanes", default="",
+                    help="tenants: comma-separated subset of fifo,limited,fair,groups")
+    ap.add_argument("--tenants-grace", type=float, default=0,
+                    help="tenants: seconds after the last add for the small tenants' jobs "
+                    "(default 10; longer lets arrival order finish them)")
     ap.add_argument("--groups-old-module", default="",
                     help="groups: a module build to compare the ungrouped empty promote with "
                     "(started on a server of its own)")
@@ -74,6 +82,8 @@ def main():
     b.herd_jobs, b.herd_workers, b.herd_only = a.herd_jobs, a.herd_workers, a.herd_strategies
     b.herd_json = a.herd_json
     b.herd_rounds, b.groups_old_module = a.herd_rounds, a.groups_old_module
+    b.tenants_rounds, b.tenants_lanes = a.tenants_rounds, a.tenants_lanes
+    b.tenants_grace = a.tenants_grace
     b.servers, b.modules = a.servers, a.modules
     b.adaptive_window_ms = a.adaptive_window_ms
     b.adaptive_failure_percent = a.adaptive_failure_percent

@@ -3,6 +3,7 @@ started, the Lua scripts loaded, the rows measured so far), set-up fills,
 one timed promotion, the concurrent PING client, medians and the rotation
 that interleaves variants, and the final table."""
 
+import contextlib
 import multiprocessing
 import os
 import socket
@@ -53,6 +54,30 @@ def settle(conn):
         if int(info(conn, "memory").get("lazyfree_pending_objects", "0")) == 0:
             return
         time.sleep(0.05)
+
+
+def delete_keys(conn, pattern):
+    """Deletes every key matching `pattern` (SCAN, then DEL 500 at a time)."""
+    keys, cursor = [], b"0"
+    while True:
+        cursor, batch = conn.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+        keys += batch
+        if cursor in (b"0", 0):
+            break
+    for i in range(0, len(keys), 500):
+        conn.call("DEL", *keys[i:i + 500])
+
+
+@contextlib.contextmanager
+def server_configs(conn, values):
+    """The block runs with the server configs `values` ({name: value}) set;
+    what they were is put back after it, also on error."""
+    saved = [x for name in values for x in (name, conn.call("CONFIG", "GET", name)[1])]
+    conn.call("CONFIG", "SET", *[x for kv in values.items() for x in kv])
+    try:
+        yield
+    finally:
+        conn.call("CONFIG", "SET", *saved)
 
 
 class Bench:
@@ -231,6 +256,10 @@ def report(b, elapsed):
         print("the worker threads live in the benchmark process (scripts/bench/herd.py says how); the")
         print("blink's first calls are not counted in the failures or the window maxima; the series")
         print("are written to %s." % b.herd_json_written)
+    if getattr(b, "tenants_json_written", None):
+        print("Tenants: every lane once per round, order rotating, fresh keys; the tenants' quotas and")
+        print("the worker threads live in the benchmark process (scripts/bench/tenants.py says how);")
+        print("the rounds are written to %s." % b.tenants_json_written)
     print()
     print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
     print("|---|---|---:|---:|---|---:|---|---|")

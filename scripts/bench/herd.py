@@ -41,7 +41,7 @@ import threading
 import time
 
 from .client import Conn, encode
-from .harness import SCRIPTS, ok
+from .harness import SCRIPTS, ok, server_configs
 
 RATE = 500         # the dependency's calls a second once it is up
 BURST = 50         # its token bucket
@@ -55,6 +55,10 @@ ADAPTIVE = "adaptive:10000/s 50"
 LEASE_MS = 30000
 BLINK_BATCH = 100  # jobs failed in one MULTI/EXEC during the blink
 BLINK_CHUNK = 500  # jobs failed in one write during the blink
+# the server's promotion in the herd sections: every 10 ms, up to 1000 a tick,
+# and no queue promoted or limited but the one a run sets (put back after)
+PROMOTION = {"echomq.auto-promote-interval-ms": 10, "echomq.auto-promote-limit": 1000,
+             "echomq.auto-promote": "", "echomq.release-limits": ""}
 JSON_PATH = os.path.join(SCRIPTS, "..", "target", "bench", "herd-limits.json")
 
 # (short name, title, policy, release limit or None, hold on retry-after)
@@ -132,10 +136,21 @@ class Run:
             if self.finished >= self.n:
                 self.all_done.set()
 
+    def call_dependency(self, job, attempt):
+        """(succeeded, retry after in ms or 0): the job's call (the tenants
+        section calls each tenant's own dependency)."""
+        return self.dep.call(attempt)
+
+    def retry_command(self, job, attempt, retry_after):
+        """The failed job's ECHO.RETRY (the tenants section retries it after
+        what the dependency answered, into its group)."""
+        return ["ECHO.RETRY", self.sched, job, self.policy, attempt,
+                "MAXATTEMPTS", MAX_ATTEMPTS, "DEAD", self.dead]
+
     def work(self, conn, entry_id, job):
         attempt = self.attempts.get(job, 0) + 1
         self.attempts[job] = attempt
-        succeeded, retry_after = self.dep.call(attempt)
+        succeeded, retry_after = self.call_dependency(job, attempt)
         if succeeded:
             conn.pipeline([["MULTI"], ["SADD", self.done, job],
                            ["XACK", self.pend, "workers", entry_id],
@@ -146,9 +161,7 @@ class Run:
         if self.hold and retry_after > 0:
             cmds.append(["ECHO.HOLD", self.sched, retry_after])
             self.holds += 1
-        cmds += [["MULTI"],
-                 ["ECHO.RETRY", self.sched, job, self.policy, attempt,
-                  "MAXATTEMPTS", MAX_ATTEMPTS, "DEAD", self.dead],
+        cmds += [["MULTI"], self.retry_command(job, attempt, retry_after),
                  ["XACK", self.pend, "workers", entry_id],
                  ["XDEL", self.pend, entry_id], ["EXEC"]]
         fire = conn.pipeline(cmds)[-1][0]
@@ -201,16 +214,20 @@ def sliding_max(times, width):
     return best
 
 
-def start_run(bench, q, policy, hold, n, limit, workers):
-    """Fresh keys of queue q, its release limit (None: none) and the server's
-    promotion set, and `workers` worker threads started and waiting (past
-    their takeover, blocked in XREADGROUP); returns (the Run, the threads)."""
+def start_run(bench, q, policy, hold, n, limit, workers, group_limit=None, run=None):
+    """Fresh keys of queue q, its release limit (None: none), its group limit
+    (echomq.group-limits, None: none) and the server's promotion set, and
+    `workers` worker threads of `run` (default a Run of these arguments)
+    started and waiting (past their takeover, blocked in XREADGROUP);
+    returns (the Run, the threads)."""
     c = bench.c
-    run = Run(bench.port, q, policy, hold, n)
+    run = run or Run(bench.port, q, policy, hold, n)
     c.call("DEL", *run.keys())
     c.call("XGROUP", "CREATE", run.pend, "workers", "0", "MKSTREAM")
     c.call("CONFIG", "SET", "echomq.release-limits",
            "%s %s" % (run.sched, limit) if limit else "")
+    if group_limit:  # only when asked: a build before groups has no such config
+        c.call("CONFIG", "SET", "echomq.group-limits", "%s %s" % (run.sched, group_limit))
     c.call("CONFIG", "SET", "echomq.auto-promote", "%s %s" % (run.sched, run.pend))
     threads = [threading.Thread(target=run.worker, args=(i,), daemon=True)
                for i in range(workers)]
@@ -356,17 +373,10 @@ def run(bench):
     ideal = DOWN_S + n / RATE
     deadline = max(30.0, 6 * ideal)
     c = bench.c
-    saved = {}
-    names = ["echomq.auto-promote-interval-ms", "echomq.auto-promote-limit",
-             "echomq.adaptive-window-ms", "echomq.adaptive-failure-percent"]
-    for name in names:
-        saved[name] = c.call("CONFIG", "GET", name)[1]
-    c.call("CONFIG", "SET", "echomq.auto-promote-interval-ms", 10,
-           "echomq.auto-promote-limit", 1000,
-           "echomq.adaptive-window-ms", bench.adaptive_window_ms,
-           "echomq.adaptive-failure-percent", bench.adaptive_failure_percent)
     results = []
-    try:
+    with server_configs(c, dict(PROMOTION, **{
+            "echomq.adaptive-window-ms": bench.adaptive_window_ms,
+            "echomq.adaptive-failure-percent": bench.adaptive_failure_percent})):
         for k, strategy in enumerate(STRATEGIES, 1):
             if bench.herd_only and strategy[0] not in bench.herd_only.split(","):
                 continue
@@ -378,10 +388,6 @@ def run(bench):
                    "%.2f s" % r["seconds"] if r["finished"] else
                    "stopped after %.0f s with %d done" % (deadline, r["done"]),
                    r["dead"], r["max_100ms"], r["max_1s"]), file=sys.stderr)
-    finally:
-        c.call("CONFIG", "SET", "echomq.auto-promote", "", "echomq.release-limits", "")
-        for name, value in saved.items():
-            c.call("CONFIG", "SET", name, value)
 
     out = {"jobs": n, "rate": RATE, "burst": BURST, "down_s": DOWN_S, "bin_s": BIN_S,
            "ideal_s": ideal, "workers": workers, "max_attempts": MAX_ATTEMPTS,

@@ -33,8 +33,8 @@ import time
 
 from . import clients
 from .client import Conn
-from .harness import med, ok, rotate
-from .herd import BURST, JITTER, LIMIT, MAX_ATTEMPTS, OK, RATE, Dependency, start_run
+from .harness import delete_keys, med, ok, rotate, server_configs
+from .herd import BURST, JITTER, LIMIT, MAX_ATTEMPTS, OK, PROMOTION, RATE, Dependency, start_run
 
 WORKERS = 8
 ADD_TX = 1000  # jobs in one MULTI/EXEC of the producer
@@ -42,6 +42,16 @@ BULL_DRIVER = "bullmq_herd.mjs"
 LANES = [("none", "echomq, no limit (ECHO.ADD's fast path into pending)"),
          ("limit", "echomq, release limit 500/s 50 (ECHO.ADD into the schedule)"),
          ("bullmq", "BullMQ 6.7.0, limiter {max: 500, duration: 1000}")]
+
+
+def add_many(conn, sched, pend, jobs, extra=()):
+    """ECHO.ADD of every job, with `extra` arguments (e.g. GROUP g), in
+    transactions of ADD_TX, as the libraries' add_many sends them."""
+    for lo in range(0, len(jobs), ADD_TX):
+        r = conn.pipeline([["MULTI"]] + [["ECHO.ADD", sched, pend, job, *extra]
+                                         for job in jobs[lo:lo + ADD_TX]] + [["EXEC"]])
+        if not isinstance(r[-1], list):
+            raise RuntimeError("ECHO.ADD into %s: the EXEC replied %r" % (sched, r[-1]))
 
 
 def echomq_lane(bench, name, limit, n, workers, deadline_s):
@@ -52,12 +62,7 @@ def echomq_lane(bench, name, limit, n, workers, deadline_s):
     # the clock and the dependency's full bucket start with the first add
     t0 = run.t0 = time.monotonic()
     run.dep = Dependency(t0, down_s=0.0, blink=False)
-    for lo in range(0, n, ADD_TX):
-        r = producer.pipeline([["MULTI"]] +
-                              [["ECHO.ADD", run.sched, run.pend, "job-%d" % i]
-                               for i in range(lo, min(n, lo + ADD_TX))] + [["EXEC"]])
-        if not isinstance(r[-1], list):
-            raise RuntimeError("herd_first %s: the add's EXEC replied %r" % (name, r[-1]))
+    add_many(producer, run.sched, run.pend, ["job-%d" % i for i in range(n)])
     add_s = time.monotonic() - t0
     producer.close()
     run.all_done.wait(deadline_s)
@@ -91,14 +96,7 @@ def bullmq_lane(bench, node, n, workers, deadline_s):
         d.finish()
     finally:
         d.close()
-    keys, cursor = [], b"0"
-    while True:
-        cursor, batch = bench.c.call("SCAN", cursor, "MATCH", "bull:%s:*" % queue, "COUNT", 1000)
-        keys += batch
-        if cursor in (b"0", 0):
-            break
-    for i in range(0, len(keys), 500):
-        bench.c.call("DEL", *keys[i:i + 500])
+    delete_keys(bench.c, "bull:%s:*" % queue)
     return {"calls": r["calls"], "failed": r["failed"],
             "seconds": r["seconds"] if r["finished"] else None, "done": r["succeeded"],
             "dead": r["dead"], "add_s": r["add_s"]}
@@ -110,10 +108,6 @@ def run(bench):
     ideal = (n - BURST) / RATE
     deadline = max(30.0, 6 * ideal)
     c = bench.c
-    names = ["echomq.auto-promote-interval-ms", "echomq.auto-promote-limit"]
-    saved = {name: c.call("CONFIG", "GET", name)[1] for name in names}
-    c.call("CONFIG", "SET", "echomq.auto-promote-interval-ms", 10,
-           "echomq.auto-promote-limit", 1000)
     skipped = None
     node = None
     try:
@@ -126,7 +120,7 @@ def run(bench):
         print("  herd_first: SKIPPED bullmq: %s" % e, file=sys.stderr)
     lanes = [lane for lane, _ in LANES if lane != "bullmq" or skipped is None]
     res = {lane: [] for lane, _ in LANES}
-    try:
+    with server_configs(c, PROMOTION):
         for k in range(rounds):
             for lane in rotate(lanes, k):
                 if lane == "bullmq":
@@ -140,10 +134,6 @@ def run(bench):
                          "%.2f s" % r["seconds"] if r["seconds"] is not None
                          else "not done after %.0f s (%d done)" % (deadline, r["done"]),
                          r["dead"], r["add_s"]), file=sys.stderr)
-    finally:
-        c.call("CONFIG", "SET", "echomq.auto-promote", "", "echomq.release-limits", "")
-        for name, value in saved.items():
-            c.call("CONFIG", "SET", name, value)
     if getattr(bench, "herd_first_cmd", None):
         bench.bench_cmds.append("(herd_first, bullmq) " + " ".join(
             os.path.relpath(a, clients.ROOT) if a.startswith(clients.ROOT) else a
