@@ -12,5 +12,6 @@ pub mod fairness;
 pub mod grammar;
 pub mod limiter;
 pub mod policy;
+pub mod recurrence;
 pub mod slots;
 pub mod versions;
