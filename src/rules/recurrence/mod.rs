@@ -192,6 +192,23 @@ impl Spec {
             Spec::Cron(cron) => cron.next_after(zone, after_ms),
         }
     }
+
+    /// The shortest time between two consecutive occurrences as the spec
+    /// writes them (wall-clock time, before any offset change), the bound
+    /// of `JITTER`: `every:`'s interval, and for cron the closest two
+    /// matching minutes anywhere in the 400-year cycle (`*/7 * * * *` gives
+    /// 4 minutes, from :56 to :00; `@monthly` 28 days; `0 0 29 2 *` four
+    /// years). A clock change can bring two occurrences closer in real time
+    /// (`59 1 * * *` and `0 3 * * *` one minute apart the night the clocks
+    /// go forward); that is not counted.
+    pub fn smallest_interval_ms(&self) -> u64 {
+        match self {
+            Spec::Every { interval_ms } => *interval_ms,
+            Spec::Cron(cron) => cron
+                .smallest_interval_minutes()
+                .saturating_mul(MINUTE_MS as u64),
+        }
+    }
 }
 
 fn next_every(interval_ms: u64, anchor_ms: i64, after_ms: i64) -> Option<i64> {
@@ -254,6 +271,62 @@ impl Cron {
             cursor_ms = change_ms?;
         }
         None
+    }
+
+    fn smallest_interval_minutes(&self) -> u64 {
+        let minutes = set_bits(self.minutes);
+        let hours = set_bits(u64::from(self.hours));
+        let (Some(&first_minute), Some(&last_minute), Some(&first_hour), Some(&last_hour)) =
+            (minutes.first(), minutes.last(), hours.first(), hours.last())
+        else {
+            return 0;
+        };
+        // From the last minute of one matching hour to the first of the
+        // next, `hours_apart` later.
+        let across = |hours_apart: i64| hours_apart * 60 + first_minute - last_minute;
+        let within_hours = minutes.windows(2).map(|w| w[1] - w[0]);
+        let across_hours = hours.windows(2).map(|w| across(w[1] - w[0]));
+        let across_days = across(self.smallest_day_gap() * 24 + first_hour - last_hour);
+        let smallest = within_hours.chain(across_hours).fold(across_days, i64::min);
+        u64::try_from(smallest).unwrap_or(0)
+    }
+
+    /// The fewest days between two consecutive matching days, over one
+    /// Gregorian cycle and its wrap into the next.
+    fn smallest_day_gap(&self) -> i64 {
+        const CYCLE_DAYS: i64 = 146_097;
+        let (mut first, mut last, mut smallest): (Option<i64>, Option<i64>, i64) =
+            (None, None, CYCLE_DAYS);
+        let mut index = 0i64;
+        let mut weekday = weekday(days_from_civil(2000, 1, 1));
+        for year in 2000..2400 {
+            for month in 1..=12u32 {
+                let month_days = days_in_month(year, month);
+                if self.months >> month & 1 == 0 {
+                    index += i64::from(month_days);
+                    weekday = (weekday + month_days) % 7;
+                    continue;
+                }
+                for day in 1..=month_days {
+                    if self.day_matches(day, weekday) {
+                        if let Some(previous) = last {
+                            smallest = smallest.min(index - previous);
+                            if smallest == 1 {
+                                return 1;
+                            }
+                        }
+                        first = first.or(Some(index));
+                        last = Some(index);
+                    }
+                    index += 1;
+                    weekday = (weekday + 1) % 7;
+                }
+            }
+        }
+        match (first, last) {
+            (Some(first), Some(last)) => smallest.min(first + CYCLE_DAYS - last),
+            _ => CYCLE_DAYS,
+        }
     }
 
     fn day_matches(&self, day: u32, weekday: u32) -> bool {
@@ -350,6 +423,11 @@ impl Cron {
             && self.day_matches(day, weekday(days))
             && (self.each_pass || zone.first_instant_ms(civil_ms) == Some(at_ms))
     }
+}
+
+/// The values of a bit set, smallest first.
+fn set_bits(bits: u64) -> Vec<i64> {
+    (0..64).filter(|&v| bits >> v & 1 == 1).collect()
 }
 
 /// The smallest set bit at or above `from`.
@@ -476,6 +554,41 @@ mod tests {
             at = rare.next_after(&zone("Australia/Sydney"), at).unwrap();
         }
         assert!(at > days_from_civil(2400, 1, 1) * DAY_MS);
+    }
+
+    #[test]
+    fn the_smallest_interval_bounds_the_jitter() {
+        const MIN: u64 = 60_000;
+        const DAY: u64 = 1440 * MIN;
+        for (text, want) in [
+            ("* * * * *", MIN),
+            ("*/7 * * * *", 4 * MIN),
+            ("0,30 * * * *", 30 * MIN),
+            ("0 * * * *", 60 * MIN),
+            ("15 9,17 * * MON-FRI", 8 * 60 * MIN),
+            ("50 23 * * *", DAY),
+            ("@daily", DAY),
+            ("0 0 */2 * *", DAY),
+            ("0 0 1 * MON", DAY),
+            ("0 0 * * 5,1", 3 * DAY),
+            ("@weekly", 7 * DAY),
+            ("@monthly", 28 * DAY),
+            ("0 0 1 1,3 *", 59 * DAY),
+            ("@yearly", 365 * DAY),
+            ("0 0 29 2 *", 1461 * DAY),
+            // A 29 February that is a Sunday: 2004, 2032, ... 28 years.
+            ("0 0 29 2 */7", 10_227 * DAY),
+        ] {
+            assert_eq!(cron(text).smallest_interval_minutes() * MIN, want, "{text}");
+        }
+        assert_eq!(
+            Spec::Every { interval_ms: 1234 }.smallest_interval_ms(),
+            1234
+        );
+        assert_eq!(
+            Spec::Cron(cron("@hourly")).smallest_interval_ms(),
+            3_600_000
+        );
     }
 
     #[test]
@@ -640,6 +753,25 @@ mod properties {
             // Asia/Kolkata has no change after 1945.
             let after_ms = change_ms.map_or(near_ms, |c| c + delta_ms);
             first_after(&text, ZONES[zone_index], after_ms)?;
+        }
+
+        /// In UTC, where the wall clock never jumps, no two consecutive
+        /// occurrences are closer than the smallest interval.
+        #[test]
+        fn occurrences_are_never_closer_than_the_smallest_interval(
+            text in cron_text(),
+            after_ms in instant(),
+        ) {
+            let Ok(spec @ Spec::Cron(_)) = parse_spec(text.as_bytes()) else {
+                return Ok(());
+            };
+            let smallest_ms = spec.smallest_interval_ms() as i64;
+            let mut at_ms = spec.next_after(&Zone::utc(), 0, after_ms).unwrap();
+            for _ in 0..8 {
+                let next_ms = spec.next_after(&Zone::utc(), 0, at_ms).unwrap();
+                prop_assert!(next_ms - at_ms >= smallest_ms, "{}: {} then {}", text, at_ms, next_ms);
+                at_ms = next_ms;
+            }
         }
 
         #[test]

@@ -413,6 +413,7 @@ mod properties {
             cron_bytes.extend_from_slice(&bytes);
             if let Ok(spec) = parse_spec(&cron_bytes) {
                 let _ = spec.next_after(&Zone::utc(), 0, 0);
+                let _ = spec.smallest_interval_ms();
             }
         }
 
