@@ -7,11 +7,13 @@ CASES, computed here independently of the module, by brute force.
 
 Run once to make the table, never at test time. Its own cron parser and a
 scan of real time in UTC, minute by minute, converted to the zone's wall
-clock with the standard library's zoneinfo: a wall-clock time that does not
-exist is never seen (skipped); a wall-clock time seen twice (zoneinfo's
-fold=1 on the second pass) counts once unless the minute or hour field starts
-with `*`; the days combine as Vixie cron does (OR when neither day field
-starts with `*`, AND otherwise).
+clock with the standard library's zoneinfo. A spec whose minute or hour field
+starts with `*` follows real time: a wall-clock time that does not exist is
+never seen, one seen twice fires twice. A fixed-time spec (both fields name
+values) fires each of its wall-clock times once: one seen twice only on its
+first pass (zoneinfo's fold=0), and where the clocks jump forward over some
+of its times, once at the first minute after the jump. The days combine as
+Vixie cron does (OR when neither day field starts with `*`, AND otherwise).
 """
 
 import importlib.metadata
@@ -76,6 +78,10 @@ def parse(spec):
     }
 
 
+def matches(c, local):
+    return local.minute in c["minute"] and local.hour in c["hour"] and day_matches(c, local)
+
+
 def day_matches(c, local):
     by_date = local.day in c["dom"]
     # Python: Monday is 0; cron: Sunday is 0.
@@ -97,14 +103,18 @@ def next_cron(spec, zone_name, after):
         # quarter hour, so a local day starts on a UTC quarter hour and a
         # day that cannot match may be passed a quarter hour at a time.
         assert offset_minutes % 15 == 0, (zone_name, t)
+        if not c["each_pass"]:
+            # The wall-clock minutes the clocks jumped over just before t.
+            before = (t - timedelta(minutes=1)).astimezone(zone).replace(tzinfo=None)
+            skipped = before + timedelta(minutes=1)
+            while skipped < local.replace(tzinfo=None):
+                if matches(c, skipped):
+                    return t
+                skipped += timedelta(minutes=1)
         if not day_matches(c, local):
             t += timedelta(minutes=15 - t.minute % 15)
             continue
-        if (
-            local.minute in c["minute"]
-            and local.hour in c["hour"]
-            and (c["each_pass"] or local.fold == 0)
-        ):
+        if matches(c, local) and (c["each_pass"] or local.fold == 0):
             return t
         t += timedelta(minutes=1)
     raise SystemExit(f"no occurrence of {spec} within 40 years of {after}")
@@ -167,7 +177,12 @@ CASES = [
     # Europe/Berlin: forward 2026-03-29 02:00 -> 03:00, back 2026-10-25
     # 03:00 -> 02:00.
     ("cron:30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00"),
+    ("cron:30 2 * * *", "Europe/Berlin", "2026-03-29T00:59:59.999"),
+    ("cron:30 2 * * *", "Europe/Berlin", "2026-03-29T01:00:00"),
     ("cron:0 2 * * *", "Europe/Berlin", "2026-03-28T02:00:00"),
+    ("cron:0,30 2 * * *", "Europe/Berlin", "2026-03-29T00:30:00"),
+    ("cron:30 2,3 * * *", "Europe/Berlin", "2026-03-29T01:00:00"),
+    ("cron:*/30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00"),
     ("cron:0 3 * * *", "Europe/Berlin", "2026-03-28T12:00:00"),
     ("cron:59 1 * * *", "Europe/Berlin", "2026-03-28T12:00:00"),
     ("cron:0 * * * *", "Europe/Berlin", "2026-03-29T00:30:00"),

@@ -39,7 +39,8 @@
 //!   next one after `t` is the smallest of them greater than `t`. The zone
 //!   plays no part.
 //! - `cron:`: the occurrences are the instants whose wall-clock time in the
-//!   zone, at a whole minute, matches every field. The days combine as in
+//!   zone, at a whole minute, matches every field (when the clocks change,
+//!   see below). The days combine as in
 //!   Vixie cron: when both day-of-month and day-of-week are restricted
 //!   (neither field starts with `*`), a day matches when *either* matches
 //!   (`0 0 1 * MON` is every 1st and every Monday); when one starts with `*`
@@ -52,27 +53,30 @@
 //!
 //! # Daylight saving and other offset changes
 //!
-//! - A wall-clock time that does not exist (the hour skipped when clocks go
-//!   forward) never happens, so it is skipped: `30 2 * * *` in Europe/Berlin
-//!   does not fire on the last Sunday of March and next fires at 02:30 the
-//!   day after. The next wall-clock time of the spec that does exist is the
-//!   next occurrence.
-//! - A wall-clock time that happens twice (the hour repeated when clocks go
-//!   back) fires once, at its first instant, when the spec names its minute
-//!   and hour (neither field starts with `*`): `30 2 * * *` fires once on the
-//!   day the clocks go back. As in Vixie cron, a spec whose minute or hour
-//!   field starts with `*` (`0 * * * *`, `*/15 * * * *`) is one that runs
-//!   through the hours, and it fires in both passes of the repeated hour, so
-//!   an hourly job keeps one occurrence per real hour instead of leaving a
-//!   two-hour hole.
+//! As Vixie cron does, a spec is one of two kinds:
+//!
+//! - *Fixed-time* (both the minute and the hour field name values, such as
+//!   `30 2 * * *` or `0 9,17 * * MON-FRI`): each of its wall-clock times
+//!   fires once on each day it matches. A time that does not exist (the
+//!   clocks jump forward over it) is skipped to the next wall-clock time that
+//!   does, the first instant after the jump: `30 2 * * *` in Europe/Berlin
+//!   fires at 03:00 on the last Sunday of March, and several of its times
+//!   inside one jump fire once there. A time that happens twice (the clocks
+//!   go back over it) fires at its first instant only.
+//! - *Running through the hours* (the minute or the hour field starts with
+//!   `*`, such as `0 * * * *` or `*/15 * * * *`): it follows real time. A
+//!   wall-clock time that does not exist never happens, so it is skipped;
+//!   one that happens twice fires in both passes, so an hourly job keeps one
+//!   occurrence per real hour instead of a two-hour hole.
 //!
 //! # Cost
 //!
 //! The search jumps field by field (a month not in the spec is skipped
 //! whole, then days, hours, minutes), so `0 0 29 2 *` finds the next leap
-//! day after a look at one February a year, at most eight of them. The zone is walked from one offset change to
-//! the next; the field search is remembered across them, so years of
-//! daylight-saving changes cost one lookup each.
+//! day after a look at one February a year, at most eight of them. The
+//! zone is walked from one offset change to the next; the field search is
+//! remembered across them, so years of daylight-saving changes cost one
+//! lookup each.
 
 pub mod parse;
 
@@ -120,8 +124,9 @@ pub struct Cron {
     /// Vixie's rule: day-of-month OR day-of-week when neither starts with
     /// `*`, AND otherwise.
     either_day: bool,
-    /// The minute or hour field starts with `*`: fire in both passes of a
-    /// repeated hour.
+    /// The minute or hour field starts with `*`: the spec runs through the
+    /// hours, following real time (both passes of a repeated hour, nothing
+    /// for a skipped one); otherwise it is fixed-time.
     each_pass: bool,
 }
 
@@ -154,6 +159,22 @@ impl Zone {
             .following(at)
             .map(|change| change.timestamp().as_millisecond())
             .find(|&change_ms| change_ms > at_ms)
+    }
+
+    /// When the offset grows at `change_ms` (the clocks go forward), the
+    /// wall-clock times it skips, `[change + old offset, change + new
+    /// offset)`, in civil ms.
+    fn gap_ms(&self, change_ms: i64) -> Option<(i64, i64)> {
+        let change = Timestamp::from_millisecond(change_ms).ok()?;
+        let before = Timestamp::from_millisecond(change_ms.checked_sub(1)?).ok()?;
+        let (old_ms, new_ms) = (self.offset_ms(before), self.offset_ms(change));
+        if new_ms <= old_ms {
+            return None;
+        }
+        Some((
+            change_ms.checked_add(old_ms)?,
+            change_ms.checked_add(new_ms)?,
+        ))
     }
 
     /// The earliest instant whose wall-clock time is `civil_ms` (a civil
@@ -235,6 +256,9 @@ impl Cron {
     pub fn next_after(&self, zone: &Zone, after_ms: i64) -> Option<i64> {
         let mut cursor_ms = after_ms.checked_add(1)?;
         let mut memo: Option<Found> = None;
+        if self.fires_at_change(zone, &mut memo, cursor_ms)? {
+            return Some(cursor_ms);
+        }
         // Each round covers one stretch of constant offset, in which the
         // wall clock runs with real time, so the first civil match in it is
         // its first occurrence.
@@ -245,19 +269,7 @@ impl Cron {
             let civil_end_ms = change_ms.and_then(|c| c.checked_add(offset_ms));
             let mut civil_from_ms = ceil_minute(cursor_ms.checked_add(offset_ms)?)?;
             loop {
-                let found_ms = match memo {
-                    Some(m) if m.from_ms <= civil_from_ms && civil_from_ms <= m.found_ms => {
-                        m.found_ms
-                    }
-                    _ => {
-                        let found_ms = self.next_civil(civil_from_ms)?;
-                        memo = Some(Found {
-                            from_ms: civil_from_ms,
-                            found_ms,
-                        });
-                        found_ms
-                    }
-                };
+                let found_ms = self.first_match(&mut memo, civil_from_ms)?;
                 if civil_end_ms.is_some_and(|end| found_ms >= end) {
                     break;
                 }
@@ -268,9 +280,43 @@ impl Cron {
                 // The second pass of a repeated wall-clock time.
                 civil_from_ms = found_ms.checked_add(MINUTE_MS)?;
             }
-            cursor_ms = change_ms?;
+            let change_ms = change_ms?;
+            if self.fires_at_change(zone, &mut memo, change_ms)? {
+                return Some(change_ms);
+            }
+            cursor_ms = change_ms;
         }
         None
+    }
+
+    /// [`Cron::next_civil`], remembered: a query between the last one and
+    /// its answer has the same answer.
+    fn first_match(&self, memo: &mut Option<Found>, from_ms: i64) -> Option<i64> {
+        match *memo {
+            Some(m) if m.from_ms <= from_ms && from_ms <= m.found_ms => Some(m.found_ms),
+            _ => {
+                let found_ms = self.next_civil(from_ms)?;
+                *memo = Some(Found { from_ms, found_ms });
+                Some(found_ms)
+            }
+        }
+    }
+
+    /// A time of a fixed-time spec inside the wall-clock gap that a change
+    /// of offset at `change_ms` opens fires at the change, the first instant
+    /// after the gap.
+    fn fires_at_change(
+        &self,
+        zone: &Zone,
+        memo: &mut Option<Found>,
+        change_ms: i64,
+    ) -> Option<bool> {
+        match (self.each_pass, zone.gap_ms(change_ms)) {
+            (false, Some((gap_start_ms, gap_end_ms))) => {
+                Some(self.first_match(memo, ceil_minute(gap_start_ms)?)? < gap_end_ms)
+            }
+            _ => Some(false),
+        }
     }
 
     fn smallest_interval_minutes(&self) -> u64 {
@@ -401,18 +447,34 @@ impl Cron {
         None
     }
 
-    /// Whether `at_ms` is an occurrence: its wall-clock time is a whole
-    /// minute matching every field, and (unless the spec fires in both
-    /// passes) the first instant with that wall-clock time.
+    /// Whether `at_ms` is an occurrence, by the rules read directly: its
+    /// wall-clock time is a whole minute matching every field and (unless
+    /// the spec fires in both passes) the first instant with that time; or
+    /// the spec is fixed-time, the clocks go forward at `at_ms`, and some
+    /// skipped minute matches.
     #[cfg(test)]
     fn fires_at(&self, zone: &Zone, at_ms: i64) -> bool {
         let Ok(at) = Timestamp::from_millisecond(at_ms) else {
             return false;
         };
         let civil_ms = at_ms + zone.offset_ms(at);
-        if civil_ms.rem_euclid(MINUTE_MS) != 0 {
-            return false;
-        }
+        let on_time = civil_ms.rem_euclid(MINUTE_MS) == 0
+            && self.matches_civil(civil_ms)
+            && (self.each_pass || zone.first_instant_ms(civil_ms) == Some(at_ms));
+        let after_gap = !self.each_pass
+            && zone
+                .gap_ms(at_ms)
+                .is_some_and(|(gap_start_ms, gap_end_ms)| {
+                    (gap_start_ms..gap_end_ms)
+                        .step_by(60_000)
+                        .any(|minute_ms| self.matches_civil(minute_ms))
+                });
+        on_time || after_gap
+    }
+
+    /// Every field matches the wall-clock minute `civil_ms`.
+    #[cfg(test)]
+    fn matches_civil(&self, civil_ms: i64) -> bool {
         let days = civil_ms.div_euclid(DAY_MS);
         let (_, month, day) = civil_from_days(days);
         let minute_of_day = civil_ms.rem_euclid(DAY_MS) / MINUTE_MS;
@@ -421,7 +483,6 @@ impl Cron {
             && self.hours >> hour & 1 == 1
             && self.months >> month & 1 == 1
             && self.day_matches(day, weekday(days))
-            && (self.each_pass || zone.first_instant_ms(civil_ms) == Some(at_ms))
     }
 }
 
