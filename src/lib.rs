@@ -10,6 +10,10 @@ mod engine;
 mod rules;
 mod server;
 
+/// The schedule arithmetic of recurring definitions, public for the
+/// commands that will arm their occurrences (and so not dead code before).
+pub use rules::recurrence;
+
 use commands::{add, delay, grouplimit, hold, limits, promote, queues, retry, schedule, spread};
 use engine::{eviction, groups, imports, release, stats, ticker};
 use redis_module::{redis_module, Context, RedisString, Status};

@@ -9,6 +9,7 @@ use crate::rules::buckets::MAX_SPREAD_BUCKETS;
 use crate::rules::fairness::{MAX_GROUPS_COUNT, MAX_GROUP_BYTES};
 use crate::rules::limiter::{MAX_BURST, MAX_HOLD_MS, MAX_RATE};
 use crate::rules::policy::{MAX_JITTER_LAYERS, MAX_MS};
+use crate::rules::recurrence::{MAX_EVERY_MS, MIN_EVERY_MS};
 
 /// Said by ECHO.PROMOTE and by the auto-promote config alike.
 const SAME_KEYS: &str = "schedule and pending must be different keys";
@@ -246,6 +247,91 @@ impl fmt::Display for LimitsError {
                 write!(f, "schedule '{word}': group limits take fixed rates only")
             }
         }
+    }
+}
+
+/// Why a recurring definition's `spec` or `TZ` is refused. The client's
+/// words are quoted and escaped by the parser before they land here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpecError {
+    Empty,
+    /// Neither `every:` nor `cron:` in front.
+    UnknownKind(String),
+    EveryNotInteger,
+    EveryOutOfRange,
+    /// How many fields a `cron:` spec had instead of five.
+    FieldCount(usize),
+    UnknownShortcut(String),
+    /// One item of a cron field, named with the field.
+    Field {
+        field: &'static str,
+        item: String,
+        fault: FieldFault,
+    },
+    /// Days combined by AND (one of the two day fields starts with `*`) whose
+    /// day-of-month exists in none of its months: `0 0 30 2 *`.
+    NeverDue,
+    UnknownZone(String),
+}
+
+/// What is wrong with one item of a cron field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldFault {
+    Empty,
+    NotValue,
+    OutOfRange { min: u8, max: u8 },
+    Step { max: u8 },
+    Reversed,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpecError::Empty => write!(f, "ERR invalid spec: empty"),
+            SpecError::UnknownKind(word) => write!(
+                f,
+                "ERR invalid spec: '{word}' is neither every:<ms> nor cron:<fields>"
+            ),
+            SpecError::EveryNotInteger => write!(
+                f,
+                "ERR invalid spec: every:<ms> is not a canonical non-negative integer"
+            ),
+            SpecError::EveryOutOfRange => write!(
+                f,
+                "ERR invalid spec: every:<ms> is out of range ({MIN_EVERY_MS}..={MAX_EVERY_MS} ms)"
+            ),
+            SpecError::FieldCount(n) => write!(
+                f,
+                "ERR invalid spec: cron needs 5 fields (minute hour day-of-month month day-of-week), got {n}"
+            ),
+            SpecError::UnknownShortcut(word) => write!(
+                f,
+                "ERR invalid spec: unknown shortcut '{word}' (expected @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly)"
+            ),
+            SpecError::Field { field, item, fault } => {
+                write!(f, "ERR invalid spec: cron {field} '{item}' ")?;
+                match fault {
+                    FieldFault::Empty => write!(f, "is empty"),
+                    FieldFault::NotValue => write!(f, "is not a number or name"),
+                    FieldFault::OutOfRange { min, max } => {
+                        write!(f, "is out of range ({min}..={max})")
+                    }
+                    FieldFault::Step { max } => write!(f, "has a step out of range (1..={max})"),
+                    FieldFault::Reversed => write!(f, "is a range whose start is after its end"),
+                }
+            }
+            SpecError::NeverDue => write!(
+                f,
+                "ERR invalid spec: the day-of-month exists in none of its months"
+            ),
+            SpecError::UnknownZone(word) => write!(f, "ERR invalid TZ: unknown time zone '{word}'"),
+        }
+    }
+}
+
+impl From<SpecError> for RedisError {
+    fn from(err: SpecError) -> Self {
+        RedisError::String(err.to_string())
     }
 }
 
