@@ -264,6 +264,13 @@ def test_groups_lists_every_group_with_its_counts_across_pages(client, qname):
     assert len(many) == 1 + 7 + 1 + 1000
     assert [g.group for g in many[-1000:]] == ["z%04d" % i for i in range(1000)]
     assert all((g.members, g.due) == (1, 0) for g in many[-1000:])
+    # counts() adds every group's jobs to the schedule's own, past the first page too.
+    counts = q.counts()
+    assert (counts["scheduled"], counts["due"]) == (
+        sum(g.members - g.due for g in many),
+        sum(g.due for g in many),
+    ) == (1 + 7 + 1000, 1 + sum(sizes.values()) + 1)
+    assert counts["pending"] == 2
 
 
 BAD_LIMITS = [

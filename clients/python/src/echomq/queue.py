@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 from ._common import (
     Keys,
@@ -49,7 +49,7 @@ class DeadJob:
 
 
 @dataclass(frozen=True)
-class Group:
+class GroupInfo:
     """One group of the queue that has jobs waiting in the schedule, as ECHO.GROUPS reports it
     (docs/groups.md). Its ``members`` and ``due`` are its share of the schedule's jobs: a job
     released into pending belongs to no group's count any more."""
@@ -82,13 +82,13 @@ def _field(entry, name: bytes):
     return None
 
 
-def _group(entry) -> Group:
+def _group(entry) -> GroupInfo:
     def number(name: bytes, cast=int):
         value = _field(entry, name)
         return None if value is None else cast(value)
 
     name = _field(entry, b"group")
-    return Group(
+    return GroupInfo(
         group=to_str(name) if name else None,
         members=number(b"members"),
         due=number(b"due"),
@@ -246,7 +246,9 @@ class Queue:
     # -- inspecting --------------------------------------------------------------------------
 
     def counts(self) -> Dict[str, int]:
-        """{scheduled, due, pending, in_flight, dead}."""
+        """{scheduled, due, pending, in_flight, dead}; scheduled and due count the jobs of every
+        group too (``groups()`` has them per group): one more call per 1,000 groups past the
+        first 1,000."""
         k = self.keys
 
         def read(client):
@@ -258,13 +260,14 @@ class Queue:
             pipe.xlen(k.pending)
             pipe.execute_command("XPENDING", k.pending, GROUP)
             pipe.zcard(k.dead)
+            pipe.execute_command("ECHO.GROUPS", k.schedule, "COUNT", MAX_GROUPS_COUNT)
             replies = pipe.execute(raise_on_error=False)
             for value in replies:
                 if isinstance(value, Exception) and self._route.cluster and redirected(value):
                     raise value  # the slot moved between the commands: read it all again
             return replies
 
-        zcard, due, xlen, xpending, dead = self._route.run(read)
+        zcard, due, xlen, xpending, dead, first_groups = self._route.run(read)
         if isinstance(xpending, Exception):
             if "NOGROUP" not in str(xpending):
                 raise xpending
@@ -273,35 +276,46 @@ class Queue:
             in_flight = int(xpending.get("pending", 0))
         else:
             in_flight = int(xpending[0])
-        for value in (zcard, due, xlen, dead):
+        for value in (zcard, due, xlen, dead, first_groups):
             if isinstance(value, Exception):
                 raise value
+        zcard, due = int(zcard), int(due)
+        # the ungrouped jobs (group None) are the schedule's own, counted above
+        for group in self._group_pages(MAX_GROUPS_COUNT, first_groups):
+            if group.group is not None:
+                zcard += group.members
+                due += group.due
         return {
-            "scheduled": int(zcard) - int(due),
-            "due": int(due),
+            "scheduled": zcard - due,
+            "due": due,
             "pending": max(int(xlen) - in_flight, 0),
             "in_flight": in_flight,
             "dead": int(dead),
         }
 
-    def groups(self, page_size: int = MAX_GROUPS_COUNT) -> List[Group]:
+    def groups(self, page_size: int = MAX_GROUPS_COUNT) -> List[GroupInfo]:
         """Every group that has jobs waiting in the schedule, in name order, the ungrouped jobs
         first (``group`` None): ECHO.GROUPS' pages of ``page_size`` (1..=1000) groups, one call
         each, from the first cursor to the end. A group that has jobs from the first page to the
         last is listed exactly once; one added or emptied meanwhile at most once."""
         if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= MAX_GROUPS_COUNT:
             raise ValueError("page_size is an integer in 1..=%d, not %r" % (MAX_GROUPS_COUNT, page_size))
+        return list(self._group_pages(page_size))
+
+    def _group_pages(self, page_size: int, page=None) -> Iterator[GroupInfo]:
+        """The groups, page after page from ``page`` (a first page read already) or the start."""
         schedule = self.keys.schedule
-        out: List[Group] = []
         cursor = b"0"
         while True:
-            page = self._route.run(
-                lambda c, at=cursor: c.execute_command("ECHO.GROUPS", schedule, "CURSOR", at, "COUNT", page_size)
-            )
+            if page is None:
+                page = self._route.run(
+                    lambda c, at=cursor: c.execute_command("ECHO.GROUPS", schedule, "CURSOR", at, "COUNT", page_size)
+                )
             cursor, entries = page
-            out.extend(_group(entry) for entry in entries)
+            yield from (_group(entry) for entry in entries)
             if cursor in (b"0", "0"):
-                return out
+                return
+            page = None
 
     def dead(self, offset: int = 0, count: int = 100) -> List[DeadJob]:
         """Dead jobs, oldest death first."""
