@@ -90,6 +90,7 @@ export class Queue {
   /** Adds one job per payload, in transactions of up to 1,000; resolves to their ids in order.
    * With `ids` (one per payload) each add is idempotent as add()'s; `delayMs` applies to every job. */
   addMany(payloads: Iterable<Payload>, options?: AddManyOptions): Promise<string[]>;
+  /** Where the jobs are; scheduled and due count every group's jobs too (groups() has them per group). */
   counts(): Promise<Counts>;
   /** Every group with jobs waiting in the schedule, in name order, the ungrouped jobs first:
    * ECHO.GROUPS' pages of `pageSize` (1..=1000, default 1000) groups, to the last cursor. */

@@ -201,6 +201,8 @@ export class Queue {
     return jobGroup === null ? add : [...add, "GROUP", jobGroup];
   }
 
+  // scheduled and due count the jobs of every group too (groups() has them per group): its
+  // pages follow the counts' pipeline.
   async counts() {
     const k = this.keys;
     // The clock of the node that holds the queue: its own now is what the schedule's due is.
@@ -226,9 +228,17 @@ export class Queue {
     const length = Number(value(2));
     const summary = value(3);
     const inFlight = summary ? Number(summary[0]) : 0;
+    let [members, grouped] = [scheduled, due];
+    // The ungrouped jobs (group null) are the schedule's own, counted above.
+    for (const g of await this.groups()) {
+      if (g.group !== null) {
+        members += g.members;
+        grouped += g.due;
+      }
+    }
     return {
-      scheduled: scheduled - due,
-      due,
+      scheduled: members - grouped,
+      due: grouped,
       pending: Math.max(0, length - inFlight),
       inFlight,
       dead: Number(value(4)),

@@ -254,6 +254,11 @@ test("groups() lists every group with its counts across pages", async () => {
   assert.equal(many.length, 1 + 7 + 1000);
   assert.deepEqual(many.slice(-1000).map((g) => g.group), Array.from({ length: 1000 }, (_, i) => `z${String(i).padStart(4, "0")}`));
   assert.ok(many.slice(-1000).every((g) => g.members === 1 && g.due === 0));
+  // counts() adds every group's jobs to the schedule's own, past the first page too.
+  const counts = await queue.counts();
+  const sum = (f) => many.reduce((n, g) => n + f(g), 0);
+  assert.deepEqual([counts.scheduled, counts.due], [sum((g) => g.members - g.due), sum((g) => g.due)]);
+  assert.deepEqual([counts.scheduled, counts.due, counts.pending], [1 + 7 + 1000, 1 + 28, 2]);
 });
 
 test("bad group arguments are refused with nothing sent", async () => {
