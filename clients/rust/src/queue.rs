@@ -801,7 +801,9 @@ impl Queue {
         Ok(ids)
     }
 
-    /// How many jobs are scheduled, due, pending, in flight and dead.
+    /// How many jobs are scheduled, due, pending, in flight and dead;
+    /// scheduled and due count every group's jobs too ([`Queue::groups`]
+    /// has them per group), read after the counts' pipeline.
     pub async fn counts(&self) -> RedisResult<Counts> {
         let mut conn = self.conn.clone();
         let now = server_time_ms(&mut conn).await?;
@@ -829,7 +831,14 @@ impl Queue {
                 Err(e) => return Err(e),
             };
         }
-        let [total, due, len, in_flight, dead] = nums;
+        let [mut total, mut due, len, in_flight, dead] = nums;
+        // The ungrouped jobs (group None) are the schedule's own, counted above.
+        for group in self.groups().await? {
+            if group.group.is_some() {
+                total += group.members;
+                due += group.due;
+            }
+        }
         Ok(Counts {
             scheduled: total.saturating_sub(due),
             due,

@@ -615,6 +615,16 @@ async fn groups_lists_every_group_with_its_counts_across_pages() {
         assert_eq!(g.group, Some(format!("z{i:04}")));
         assert_eq!((g.members, g.due), (1, 0));
     }
+    // counts() adds every group's jobs to the schedule's own, past the first
+    // page too.
+    let counts = queue.counts().await.unwrap();
+    let due: u64 = many.iter().map(|g| g.due).sum();
+    let waiting: u64 = many.iter().map(|g| g.members - g.due).sum();
+    assert_eq!((counts.scheduled, counts.due), (waiting, due));
+    assert_eq!(
+        (counts.scheduled, counts.due, counts.pending),
+        (1 + 7 + 1000, 1 + 28, 2)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
