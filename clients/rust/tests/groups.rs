@@ -82,6 +82,21 @@ fn recording_worker(queue: &Queue, runs: &Runs, fail_first: bool, backoff: &str)
     Worker::new(queue.clone(), handler, options)
 }
 
+/// Runs a recording worker, with the queue's pair in the server's timer,
+/// until it has run `n` jobs.
+async fn run_all(queue: &Queue, conn: &mut QueueConnection, name: &str, n: usize) -> Runs {
+    timer(conn, name, true).await;
+    let runs = Runs::default();
+    let (handle, task) = start_worker(recording_worker(queue, &runs, false, "fixed:1"));
+    eventually("the jobs to run", LONG, || async {
+        runs.lock().unwrap().len() == n
+    })
+    .await;
+    stop(handle, task).await;
+    timer(conn, name, false).await;
+    runs
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grouped_add_waits_in_its_group_and_the_timer_releases_it() {
     let server = Server::start();
@@ -110,15 +125,7 @@ async fn a_grouped_add_waits_in_its_group_and_the_timer_releases_it() {
     other.sort();
     assert_eq!(members(&mut conn, &group_key(&name, "other")).await, other);
 
-    timer(&mut conn, &name, true).await;
-    let runs = Runs::default();
-    let (handle, task) = start_worker(recording_worker(&queue, &runs, false, "fixed:1"));
-    eventually("the grouped jobs to run", LONG, || async {
-        runs.lock().unwrap().len() == 4
-    })
-    .await;
-    stop(handle, task).await;
-    timer(&mut conn, &name, false).await;
+    let runs = run_all(&queue, &mut conn, &name, 4).await;
     let got: BTreeMap<String, (Vec<u8>, Option<String>)> = runs
         .lock()
         .unwrap()
@@ -151,16 +158,8 @@ async fn a_grouped_job_is_retried_into_its_group() {
     timer(&mut conn, &name, true).await;
     let runs = Runs::default();
     let (handle, task) = start_worker(recording_worker(&queue, &runs, true, "fixed:600000"));
-    let attempts = format!("{{{name}}}:attempts");
     for id in [&grouped_id, &plain] {
-        eventually("the failure", LONG, || {
-            let (mut conn, attempts, id) = (conn.clone(), attempts.clone(), id.clone());
-            async move {
-                let n: Option<u64> = conn.hget(&attempts, &id).await.unwrap();
-                n == Some(1)
-            }
-        })
-        .await;
+        failed_once(&conn, &name, id).await;
     }
     // The grouped retry is in its group, the ungrouped one in the schedule,
     // as before.
@@ -281,6 +280,25 @@ async fn a_bad_group_is_refused_with_nothing_written() {
     assert_eq!(n, 1);
 }
 
+/// A server and a queue on it named after `tag`, with its connection.
+async fn open(tag: &str) -> (Server, String, Queue, QueueConnection) {
+    let server = Server::start();
+    let name = queue_name(tag);
+    let queue = Queue::new(server.client(), &name).await.unwrap();
+    let conn = queue.connection();
+    (server, name, queue, conn)
+}
+
+/// Waits for the first failure of job `id` to be written.
+async fn failed_once(conn: &QueueConnection, name: &str, id: &str) {
+    let attempts = format!("{{{name}}}:attempts");
+    eventually("the failure", LONG, || {
+        let (mut conn, attempts) = (conn.clone(), attempts.clone());
+        async move { conn.hget::<_, _, Option<u64>>(&attempts, id).await.unwrap() == Some(1) }
+    })
+    .await;
+}
+
 /// How many times the server ran `command` (INFO commandstats).
 async fn calls(conn: &mut QueueConnection, command: &str) -> u64 {
     let info: String = redis::cmd("INFO")
@@ -326,10 +344,7 @@ fn fixed_backoff(ms: u64) -> WorkerOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_limit_set_by_the_library_binds_that_group_only() {
-    let server = Server::start();
-    let name = queue_name("groups-limit");
-    let queue = Queue::new(server.client(), &name).await.unwrap();
-    let mut conn = queue.connection();
+    let (_server, name, queue, mut conn) = open("groups-limit").await;
     queue.set_group_limit("slow", "5/s", 1).await.unwrap();
     assert_eq!(
         queue.groups().await.unwrap(),
@@ -343,15 +358,7 @@ async fn a_group_limit_set_by_the_library_binds_that_group_only() {
     let (slow, fast) = (by_name(&groups, "slow"), by_name(&groups, "fast"));
     assert_eq!((slow.limit_rate, slow.limit_burst), (Some(5.0), Some(1)));
     assert_eq!((fast.limit_rate, fast.limit_burst), (None, None));
-    timer(&mut conn, &name, true).await;
-    let runs = Runs::default();
-    let (handle, task) = start_worker(recording_worker(&queue, &runs, false, "fixed:1"));
-    eventually("every job to run", LONG, || async {
-        runs.lock().unwrap().len() == 12
-    })
-    .await;
-    stop(handle, task).await;
-    timer(&mut conn, &name, false).await;
+    let runs = run_all(&queue, &mut conn, &name, 12).await;
     // At 5/s, burst 1, the slow group's six jobs take a second at least (one
     // now, then one every 200 ms); the fast one's leave together at the
     // first release, so all six run before the slow group's second job.
@@ -370,10 +377,7 @@ async fn a_group_limit_set_by_the_library_binds_that_group_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleared_group_limit_lets_the_group_go() {
-    let server = Server::start();
-    let name = queue_name("groups-clear");
-    let queue = Queue::new(server.client(), &name).await.unwrap();
-    let mut conn = queue.connection();
+    let (_server, name, queue, mut conn) = open("groups-clear").await;
     queue.set_group_limit("g", "1/h", 1).await.unwrap();
     let jobs = (0..3).map(|_| (b"x", grouped("g")));
     queue.add_many_with(jobs).await.unwrap();
@@ -415,10 +419,7 @@ type TimedRuns = Arc<Mutex<Vec<(String, Option<String>, u64, i64)>>>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_with_a_group_holds_that_group_only() {
-    let server = Server::start();
-    let name = queue_name("groups-hold");
-    let queue = Queue::new(server.client(), &name).await.unwrap();
-    let mut conn = queue.connection();
+    let (_server, name, queue, mut conn) = open("groups-hold").await;
     let held = queue.add(b"h", grouped("held")).await.unwrap();
     let runs = TimedRuns::default();
     let handler = {
@@ -507,22 +508,14 @@ async fn retry_after_with_a_group_holds_that_group_only() {
 async fn retry_after_without_a_group_of_its_own_holds_the_queue() {
     // An ungrouped job's JobError::retry_after(ms, job.group) is RetryAfter:
     // the whole queue.
-    let server = Server::start();
-    let name = queue_name("groups-hold-all");
-    let queue = Queue::new(server.client(), &name).await.unwrap();
-    let mut conn = queue.connection();
+    let (_server, name, queue, mut conn) = open("groups-hold-all").await;
     let id = queue.add(b"u", AddOptions::default()).await.unwrap();
     let handler = |job: Job| async move {
         assert_eq!(job.group, None);
         Err(JobError::retry_after(60_000, job.group))
     };
     let (handle, task) = start_worker(Worker::new(queue.clone(), handler, fixed_backoff(600_000)));
-    let errors = format!("{{{name}}}:errors");
-    eventually("the failure", LONG, || {
-        let (mut conn, errors, id) = (conn.clone(), errors.clone(), id.clone());
-        async move { conn.hexists(&errors, &id).await.unwrap() }
-    })
-    .await;
+    failed_once(&conn, &name, &id).await;
     assert!(
         queue_held_until(&mut conn, &name).await > 0,
         "the queue is held"
@@ -532,10 +525,7 @@ async fn retry_after_without_a_group_of_its_own_holds_the_queue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_lists_every_group_with_its_counts_across_pages() {
-    let server = Server::start();
-    let name = queue_name("groups-list");
-    let queue = Queue::new(server.client(), &name).await.unwrap();
-    let mut conn = queue.connection();
+    let (server, name, queue, mut conn) = open("groups-list").await;
     let schedule = format!("{{{name}}}:schedule");
     for i in 0..7u64 {
         let group = format!("g0{i}");
@@ -629,10 +619,7 @@ async fn groups_lists_every_group_with_its_counts_across_pages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_group_arguments_are_refused_with_nothing_sent() {
-    let server = Server::start();
-    let name = queue_name("groups-badlimit");
-    let queue = Queue::new(server.client(), &name).await.unwrap();
-    let mut conn = queue.connection();
+    let (_server, name, queue, mut conn) = open("groups-badlimit").await;
     let before = (
         calls(&mut conn, "ECHO.GROUPLIMIT").await,
         calls(&mut conn, "ECHO.GROUPS").await,
@@ -685,10 +672,7 @@ async fn bad_group_arguments_are_refused_with_nothing_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_group_to_hold_holds_nothing_and_the_failure_is_written() {
-    let server = Server::start();
-    let name = queue_name("groups-badhold");
-    let queue = Queue::new(server.client(), &name).await.unwrap();
-    let mut conn = queue.connection();
+    let (_server, name, queue, mut conn) = open("groups-badhold").await;
     let id = queue.add(b"x", AddOptions::default()).await.unwrap();
     let before = calls(&mut conn, "ECHO.HOLD").await;
     let handler = |_job: Job| async {
@@ -698,12 +682,7 @@ async fn a_bad_group_to_hold_holds_nothing_and_the_failure_is_written() {
         })
     };
     let (handle, task) = start_worker(Worker::new(queue.clone(), handler, fixed_backoff(600_000)));
-    let errors = format!("{{{name}}}:errors");
-    eventually("the failure", LONG, || {
-        let (mut conn, errors, id) = (conn.clone(), errors.clone(), id.clone());
-        async move { conn.hexists(&errors, &id).await.unwrap() }
-    })
-    .await;
+    failed_once(&conn, &name, &id).await;
     stop(handle, task).await;
     assert_eq!(
         calls(&mut conn, "ECHO.HOLD").await,
@@ -723,10 +702,7 @@ async fn a_bad_group_to_hold_holds_nothing_and_the_failure_is_written() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_servers_refusal_of_a_group_limit_is_its_error() {
-    let server = Server::start();
-    let name = queue_name("groups-wrongtype");
-    let queue = Queue::new(server.client(), &name).await.unwrap();
-    let mut conn = queue.connection();
+    let (_server, name, queue, mut conn) = open("groups-wrongtype").await;
     let key = format!("{{{name}}}:schedule:echomq-glim:g");
     let _: () = conn.rpush(&key, "not an override").await.unwrap();
     let error = queue.set_group_limit("g", "5/s", 1).await.unwrap_err();
