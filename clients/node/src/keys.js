@@ -110,7 +110,8 @@ export function checkGroupLimit(rate, burst) {
   if (typeof rate !== "string") throw new TypeError("a group's rate is a string such as \"5/s\"");
   const match = /^([1-9][0-9]*)\/[smhSMH]$/.exec(rate);
   if (!match || Number(match[1]) > MAX_GROUP_RATE) {
-    throw new RangeError(`a group's rate is <n>/s, <n>/m or <n>/h with n in 1..=${MAX_GROUP_RATE}, not ${JSON.stringify(rate)}`);
+    throw new RangeError(
+      `a group's rate is <n>/s, <n>/m or <n>/h with n in 1..=${MAX_GROUP_RATE}, not ${JSON.stringify(rate)}`);
   }
   if (!Number.isInteger(burst) || burst < 1 || burst > MAX_GROUP_BURST) {
     throw new RangeError(`a group's burst is an integer in 1..=${MAX_GROUP_BURST}, not ${burst}`);

@@ -336,3 +336,35 @@ def test_the_servers_refusal_of_a_group_limit_is_raised(client, qname):
     with pytest.raises(valkey.exceptions.ResponseError, match="WRONGTYPE"):
         q.clear_group_limit("g")
     assert client.lrange("{%s}:schedule:echomq-glim:g" % qname, 0, -1) == [b"not an override"]
+
+
+def test_the_documented_acl_user_makes_every_group_call(server, client, qname):
+    """docs/security.md's user for the libraries: counts(), groups(), a group's limit and a group's
+    hold, with not one refusal in ACL LOG."""
+    from conftest import REPO
+
+    line = [l for l in (REPO / "docs" / "security.md").read_text().splitlines() if l.startswith("ACL SETUSER echomq-app ")]
+    assert len(line) == 1
+    words = [">app-pw" if w == ">APP-PASSWORD" else w for w in line[0].split()]
+    client.execute_command(*words)
+    client.execute_command("ACL", "LOG", "RESET")
+    app = valkey.Valkey(host="127.0.0.1", port=server.port, username="echomq-app", password="app-pw")
+    try:
+        q = echomq.Queue(app, qname)
+        q.set_group_limit("g", "5/s", 1)
+        held = q.add(b"x", group="g")
+        q.add(b"y", group="h", delay_ms=600_000)
+        assert q.counts()["due"] == 1
+        assert [g.group for g in q.groups()] == ["g", "h"]
+
+        def handler(job):
+            raise echomq.RetryAfter(60_000, group=job.group)
+
+        with running(q, handler, backoff="fixed:0"):
+            wait_for(lambda: client.hexists(keys(qname)["errors"], held), what="the failure")
+        assert [g.held_until_ms > 0 for g in q.groups()] == [True, False]
+        q.clear_group_limit("g")
+        assert client.execute_command("ACL", "LOG") == []
+    finally:
+        app.close()
+        client.execute_command("ACL", "DELUSER", "echomq-app")

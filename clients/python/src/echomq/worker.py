@@ -684,7 +684,7 @@ class Worker:
         A grouped job (``job_group``, from its payload's envelope) is retried into its group."""
         k = self.keys
         hold_ms = min(exc.ms, MAX_HOLD_MS) if isinstance(exc, RetryAfter) else 0  # 0: no hold
-        hold_group = exc._group if hold_ms and isinstance(exc, RetryAfter) else None
+        hold_group = getattr(exc, "_group", None) if hold_ms else None
         args = [jid, eid, self.backoff, attempt, self.max_attempts, error_text(exc), hold_ms]
         if job_group is not None or hold_group is not None:
             args.append(job_group or b"")  # '': no group of its own, the hold's group follows
