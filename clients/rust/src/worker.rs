@@ -87,9 +87,9 @@ impl fmt::Display for JobError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             JobError::Failed(message) => f.write_str(message),
-            JobError::RetryAfter(ms) => write!(f, "retry after {ms} ms"),
-            JobError::RetryAfterGroup { ms, group } => {
-                write!(f, "retry after {ms} ms (group {group})")
+            // the same text as the other libraries' RetryAfter, a group or not
+            JobError::RetryAfter(ms) | JobError::RetryAfterGroup { ms, .. } => {
+                write!(f, "retry after {ms} ms")
             }
         }
     }
