@@ -313,6 +313,14 @@ async fn calls(conn: &mut QueueConnection, command: &str) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// How many times the server ran ECHO.GROUPLIMIT and ECHO.GROUPS.
+async fn group_calls(conn: &mut QueueConnection) -> (u64, u64) {
+    (
+        calls(conn, "ECHO.GROUPLIMIT").await,
+        calls(conn, "ECHO.GROUPS").await,
+    )
+}
+
 /// The whole queue's hold, ECHO.LIMITS' held-until-ms (0: not held).
 async fn queue_held_until(conn: &mut QueueConnection, name: &str) -> i64 {
     let flat: Vec<redis::Value> = redis::cmd("ECHO.LIMITS")
@@ -620,10 +628,7 @@ async fn groups_lists_every_group_with_its_counts_across_pages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_group_arguments_are_refused_with_nothing_sent() {
     let (_server, name, queue, mut conn) = open("groups-badlimit").await;
-    let before = (
-        calls(&mut conn, "ECHO.GROUPLIMIT").await,
-        calls(&mut conn, "ECHO.GROUPS").await,
-    );
+    let before = group_calls(&mut conn).await;
     let (long, ok) = ("x".repeat(1025), "g");
     for (group, rate, burst) in [
         ("", "5/s", 1),
@@ -650,10 +655,7 @@ async fn bad_group_arguments_are_refused_with_nothing_sent() {
     for page_size in [0, 1001] {
         assert!(queue.groups_in_pages_of(page_size).await.is_err());
     }
-    let after = (
-        calls(&mut conn, "ECHO.GROUPLIMIT").await,
-        calls(&mut conn, "ECHO.GROUPS").await,
-    );
+    let after = group_calls(&mut conn).await;
     assert_eq!(after, before);
     assert_eq!(queue_keys(&mut conn, &name).await, Vec::<String>::new());
     // The largest the server takes is taken, and counted.
