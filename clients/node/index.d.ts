@@ -49,6 +49,25 @@ export interface DeadRecord {
   group: string | null;
 }
 
+/** One group with jobs waiting in the schedule, as ECHO.GROUPS reports it (docs/groups.md). */
+export interface GroupInfo {
+  /** The group's name; null for the jobs added without one (listed first). */
+  group: string | null;
+  /** Its jobs waiting in the schedule, due or not. */
+  members: number;
+  /** Those due now (waiting for their group's turn, its limit or a hold). */
+  due: number;
+  /** Its limit per second; null when nothing limits the group. */
+  limitRate: number | null;
+  limitBurst: number | null;
+  /** How many jobs its limit lets leave now; null when not limited. */
+  available: number | null;
+  /** The first ms (server clock) it may release while it waits out of the rotation; 0 in it. */
+  waitingUntilMs: number;
+  /** The end of its own hold (RetryAfter with a group), 0 for none. */
+  heldUntilMs: number;
+}
+
 /** Generates a time-ordered unique job id: `<13-digit Unix ms>-<16 hex digits>`. */
 export function newJobId(): string;
 
@@ -71,7 +90,18 @@ export class Queue {
   /** Adds one job per payload, in transactions of up to 1,000; resolves to their ids in order.
    * With `ids` (one per payload) each add is idempotent as add()'s; `delayMs` applies to every job. */
   addMany(payloads: Iterable<Payload>, options?: AddManyOptions): Promise<string[]>;
+  /** Where the jobs are; scheduled and due count every group's jobs too (groups() has them per group). */
   counts(): Promise<Counts>;
+  /** Every group with jobs waiting in the schedule, in name order, the ungrouped jobs first:
+   * ECHO.GROUPS' pages of `pageSize` (1..=1000, default 1000) groups, to the last cursor. */
+  groups(options?: { pageSize?: number }): Promise<GroupInfo[]>;
+  /** Limits one group to `rate` ("5/s", "300/m", "2/h"; n in 1..=1000000) with bursts of
+   * `burst` (1..=1000000) instead of the configured group limit (ECHO.GROUPLIMIT), until
+   * clearGroupLimit. Arguments the server would refuse reject with nothing sent. */
+  setGroupLimit(group: string, rate: string, burst: number): Promise<void>;
+  /** The configured group limit for this group again (none when the server lists no group limit
+   * for the queue). */
+  clearGroupLimit(group: string): Promise<void>;
   /** Dead jobs, oldest death first. Defaults: offset 0, count 100. */
   dead(offset?: number, count?: number): Promise<DeadRecord[]>;
   /** Dead -> pending with its attempts reset; false when the id is not dead. Refused by the
@@ -139,8 +169,12 @@ export class Worker extends EventEmitter {
 }
 
 /** Thrown by a handler when the dependency asked to wait (429/503 with Retry-After): the
- * queue's schedule is held for `ms` for every worker (0: no hold), and the job is failed as usual. */
+ * queue's schedule is held for `ms` for every worker (0: no hold), and the job is failed as usual.
+ * With `group` only that group is held and the others go on; a group of null or undefined (the
+ * `job.group` of a job added without one) holds the whole queue. */
 export class RetryAfter extends Error {
-  constructor(ms: number, message?: string);
+  constructor(ms: number, options?: string | { group?: string | null; message?: string });
   readonly ms: number;
+  /** The group held, null for the whole queue. */
+  readonly group: string | null;
 }

@@ -112,5 +112,12 @@ mod tests {
         };
         assert_eq!(field("max_delay_ms"), MAX_MS);
         assert_eq!(field("max_hold_ms"), crate::rules::limiter::MAX_HOLD_MS);
+        // what the libraries check a group's name, limit and page size against
+        use crate::rules::fairness::{MAX_GROUPS_COUNT, MAX_GROUP_BYTES};
+        use crate::rules::limiter::{MAX_BURST, MAX_RATE};
+        assert_eq!(field("max_job_group_bytes"), MAX_GROUP_BYTES as u64);
+        assert_eq!(field("max_group_rate"), MAX_RATE);
+        assert_eq!(field("max_group_burst"), MAX_BURST);
+        assert_eq!(field("max_groups_count"), MAX_GROUPS_COUNT);
     }
 }

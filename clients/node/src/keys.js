@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { Command } from "iovalkey";
-import { JOB_GROUP_ENVELOPE, MAX_JOB_GROUP_BYTES } from "./protocol.js";
+import { JOB_GROUP_ENVELOPE, MAX_GROUP_BURST, MAX_GROUP_RATE, MAX_JOB_GROUP_BYTES } from "./protocol.js";
 
 // The six keys of a queue, under one hash tag so a cluster keeps them on one slot.
 export function queueKeys(name) {
@@ -101,6 +101,21 @@ export function checkJobGroup(group) {
     throw new RangeError(`a job group must be 1..=${MAX_JOB_GROUP_BYTES} bytes, not ${bytes}`);
   }
   return group;
+}
+
+// A group's limit checked as ECHO.GROUPLIMIT checks it, before anything is sent: `rate` `<n>/s`,
+// `<n>/m` or `<n>/h` with n in 1..=1000000 (no sign, no leading zero, the unit in any case, a fixed
+// rate), `burst` an integer in 1..=1000000.
+export function checkGroupLimit(rate, burst) {
+  if (typeof rate !== "string") throw new TypeError("a group's rate is a string such as \"5/s\"");
+  const match = /^([1-9][0-9]*)\/[smhSMH]$/.exec(rate);
+  if (!match || Number(match[1]) > MAX_GROUP_RATE) {
+    throw new RangeError(
+      `a group's rate is <n>/s, <n>/m or <n>/h with n in 1..=${MAX_GROUP_RATE}, not ${JSON.stringify(rate)}`);
+  }
+  if (!Number.isInteger(burst) || burst < 1 || burst > MAX_GROUP_BURST) {
+    throw new RangeError(`a group's burst is an integer in 1..=${MAX_GROUP_BURST}, not ${burst}`);
+  }
 }
 
 // A JavaScript string may hold lone surrogates, which have no UTF-8 form.

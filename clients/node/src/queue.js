@@ -1,8 +1,9 @@
 import { randomBytes } from "node:crypto";
 import {
-  LONE_SURROGATE, Script, checkJobGroup, makeStream, onSlot, queueKeys, timeMs, unwrapPayload, wrapPayload,
+  LONE_SURROGATE, Script, checkGroupLimit, checkJobGroup, makeStream, onSlot, queueKeys, timeMs, unwrapPayload,
+  wrapPayload,
 } from "./keys.js";
-import { ADD_BATCH, GROUP, MAX_DELAY_MS, SCRIPTS } from "./protocol.js";
+import { ADD_BATCH, GROUP, MAX_DELAY_MS, MAX_GROUPS_COUNT, SCRIPTS } from "./protocol.js";
 
 // add() with an id given by the caller: nothing happens while a job with that id exists.
 export const ADD_WITH_ID = new Script(SCRIPTS.addWithId, 3);
@@ -42,6 +43,37 @@ function checkDelay(delayMs) {
     throw new RangeError(`delayMs is an integer in 0..=${MAX_DELAY_MS}, not ${delayMs}`);
   }
   return delayMs;
+}
+
+// A group a limit is set on: a name, never the ungrouped jobs (they have the configured limit).
+function namedGroup(group) {
+  const name = checkJobGroup(group);
+  if (name === null) throw new TypeError("a group limit needs a group: the ungrouped jobs have the configured limit");
+  return name;
+}
+
+// A field of one ECHO.GROUPS entry, a flat field/value array (RESP2).
+function groupField(entry, name) {
+  for (let i = 0; i + 1 < entry.length; i += 2) if (String(entry[i]) === name) return entry[i + 1];
+  return null;
+}
+
+function groupRecord(entry) {
+  const number = (name) => {
+    const value = groupField(entry, name);
+    return value === null || value === undefined ? null : Number(value);
+  };
+  const name = groupField(entry, "group");
+  return {
+    group: name ? String(name) : null,
+    members: number("members"),
+    due: number("due"),
+    limitRate: number("limit-rate"),
+    limitBurst: number("limit-burst"),
+    available: number("available"),
+    waitingUntilMs: number("waiting-until-ms") ?? 0,
+    heldUntilMs: number("held-until-ms") ?? 0,
+  };
 }
 
 function checkId(id) {
@@ -169,6 +201,8 @@ export class Queue {
     return jobGroup === null ? add : [...add, "GROUP", jobGroup];
   }
 
+  // scheduled and due count the jobs of every group too (groups() has them per group): its
+  // pages follow the counts' pipeline.
   async counts() {
     const k = this.keys;
     // The clock of the node that holds the queue: its own now is what the schedule's due is.
@@ -194,13 +228,56 @@ export class Queue {
     const length = Number(value(2));
     const summary = value(3);
     const inFlight = summary ? Number(summary[0]) : 0;
+    let [members, grouped] = [scheduled, due];
+    // The ungrouped jobs (group null) are the schedule's own, counted above.
+    for (const g of await this.groups()) {
+      if (g.group !== null) {
+        members += g.members;
+        grouped += g.due;
+      }
+    }
     return {
-      scheduled: scheduled - due,
-      due,
+      scheduled: members - grouped,
+      due: grouped,
       pending: Math.max(0, length - inFlight),
       inFlight,
       dead: Number(value(4)),
     };
+  }
+
+  // Every group with jobs waiting in the schedule, in name order, the ungrouped jobs first (group
+  // null): ECHO.GROUPS' pages of `pageSize` (1..=1000) groups, one call each, to the last cursor.
+  async groups({ pageSize = MAX_GROUPS_COUNT } = {}) {
+    if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > MAX_GROUPS_COUNT) {
+      throw new RangeError(`pageSize is an integer in 1..=${MAX_GROUPS_COUNT}, not ${pageSize}`);
+    }
+    const k = this.keys;
+    const out = [];
+    let cursor = "0";
+    do {
+      const [next, entries] = await onSlot(this.connection, k.schedule, "ECHO.GROUPS", k.schedule, "CURSOR", cursor,
+        "COUNT", String(pageSize));
+      for (const entry of entries) out.push(groupRecord(entry));
+      cursor = String(next);
+    } while (cursor !== "0");
+    return out;
+  }
+
+  // One group limited to `rate` ("5/s", "300/m", "2/h") with bursts of `burst` instead of the
+  // configured group limit (ECHO.GROUPLIMIT), until clearGroupLimit(group). Checked before sending.
+  async setGroupLimit(group, rate, burst) {
+    const name = namedGroup(group);
+    checkGroupLimit(rate, burst);
+    const k = this.keys;
+    await onSlot(this.connection, k.schedule, "ECHO.GROUPLIMIT", k.schedule, name, rate, String(burst));
+  }
+
+  // The configured group limit for this group again (none when echomq.group-limits does not
+  // list the queue); nothing to remove is no error.
+  async clearGroupLimit(group) {
+    const name = namedGroup(group);
+    const k = this.keys;
+    await onSlot(this.connection, k.schedule, "ECHO.GROUPLIMIT", k.schedule, name, "DEFAULT");
   }
 
   async dead(offset = 0, count = 100) {

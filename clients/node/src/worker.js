@@ -1,20 +1,31 @@
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { Script, isCluster, makeStream, onSlot, timeMs, unwrapPayload } from "./keys.js";
+import { Script, checkJobGroup, isCluster, makeStream, onSlot, timeMs, unwrapPayload } from "./keys.js";
 import { DEFAULTS as PROTOCOL_DEFAULTS, GROUP, MAX_ERROR_BYTES, MAX_HOLD_MS, PROMOTE_LIMIT, SCRIPTS, SUCCESS_BATCH } from "./protocol.js";
 
-// What a handler throws when the dependency answered 429 or 503 with a Retry-After: the
-// queue's schedule is held for `ms` (no worker gets more of its jobs meanwhile) and the
-// job is failed as usual.
+// What a handler throws when the dependency answered 429 or 503 with a Retry-After: the job
+// is failed as usual and the queue's schedule is held for `ms` (no worker gets more of its jobs
+// meanwhile). With `{ group }` (new RetryAfter(ms, { group: job.group })) only that group is held,
+// the others go on; a group of null or undefined (job.group of a job added without one) holds the
+// whole queue, as without it: the ungrouped jobs have no name a hold could take. The second
+// argument may also be the message, as before groups.
 export class RetryAfter extends Error {
-  constructor(ms, message) {
+  constructor(ms, options) {
     if (!Number.isFinite(ms) || ms < 0) throw new RangeError("RetryAfter needs a number of ms >= 0");
+    const { message, group } = typeof options === "string" || options === undefined || options === null
+      ? { message: options ?? undefined }
+      : options;
+    const name = checkJobGroup(group);
     super(message ?? `retry after ${ms} ms`);
     this.name = "RetryAfter";
     this.ms = ms;
+    this.group = name;
   }
 }
+
+// A failure whose hold is of the whole queue: the worker reads nothing until it is written.
+const holdsQueue = (f) => f.holdMs > 0 && f.holdGroup === null;
 
 const DEFAULTS = { concurrency: 10, ...PROTOCOL_DEFAULTS };
 
@@ -600,11 +611,15 @@ export class Worker extends EventEmitter {
       this.#okIds.push(id);
     } else {
       let holdMs = 0; // none: RetryAfter(0) holds nothing
+      let holdGroup = null; // the whole queue
       if (error instanceof RetryAfter) {
         holdMs = Math.min(MAX_HOLD_MS, Math.max(0, Math.round(error.ms)));
-        if (holdMs > 0) this.#holdsUnsent++;
+        if (holdMs > 0) holdGroup = error.group ?? null;
       }
-      this.#failures.push({ entry, id, attempt, message: errorText(error), holdMs, jobGroup });
+      const failure = { entry, id, attempt, message: errorText(error), holdMs, holdGroup, jobGroup };
+      // A group's hold stops that group's release only: the reads of the others go on.
+      if (holdsQueue(failure)) this.#holdsUnsent++;
+      this.#failures.push(failure);
     }
     this.#scheduleTick();
   }
@@ -693,19 +708,21 @@ export class Worker extends EventEmitter {
     for (const f of failures) {
       const args = [f.id, f.entry, this.backoff, String(f.attempt), String(this.maxAttempts), f.message,
         String(f.holdMs)];
-      // A grouped job is retried into its group.
-      if (f.jobGroup !== null) args.push(f.jobGroup);
+      // A grouped job is retried into its group; '' is no group, before the group to hold.
+      if (f.jobGroup !== null || f.holdGroup !== null) args.push(f.jobGroup ?? "");
+      if (f.holdGroup !== null) args.push(f.holdGroup);
       sent(FAIL.run(this.#conn, keys, args), [f.entry], () => this.#failures.push(f), (reply) => {
         // The failure was written (or was settled before, -3, or the job removed, -4); a
         // refused hold (held is the refusal's text) is reported, the worker goes on.
         const held = Array.isArray(reply) ? reply[1] : 0;
         if (typeof held === "string" || Buffer.isBuffer(held)) {
-          this.#report(new Error(`job ${f.id}: the failure was written but the hold of ${f.holdMs} ms `
+          const what = f.holdGroup === null ? "" : ` of group ${f.holdGroup}`;
+          this.#report(new Error(`job ${f.id}: the failure was written but the hold${what} of ${f.holdMs} ms `
             + `was refused: ${held}`));
         }
       }, () => {
         // Answered: the hold is written (or refused), reads may go on.
-        if (f.holdMs > 0) this.#holdsUnsent--;
+        if (holdsQueue(f)) this.#holdsUnsent--;
       });
     }
     this.#flushing = Promise.all(sends).then(async () => {
@@ -730,7 +747,7 @@ export class Worker extends EventEmitter {
   // Outcomes never confirmed, at the end of the drain: left in the group, unacknowledged,
   // another worker takes them over after the lease.
   #abandonOutcomes() {
-    for (const f of this.#failures) if (f.holdMs > 0) this.#holdsUnsent--;
+    for (const f of this.#failures) if (holdsQueue(f)) this.#holdsUnsent--;
     this.#okEntries = [];
     this.#okIds = [];
     this.#failures = [];

@@ -12,7 +12,7 @@ import valkey
 import echomq
 from conftest import wait_for
 from echomq._protocol import FAIL
-from helpers import in_flight, keys, recorder, running
+from helpers import held_until, in_flight, keys, recorder, running
 
 def test_refused_retry_leaves_the_job_in_the_group(client, qname, caplog):
     """ECHO.RETRY refused (schedule of the wrong type): nothing is written and the entry is not
@@ -142,3 +142,45 @@ def test_a_failure_sent_twice_is_written_once(client, qname):
     assert client.zscore(k["schedule"], job) == fired, "the retry was not drawn again"
     assert client.hget(k["attempts"], job) == b"1"
     assert client.hget(k["errors"], job) == b"boom"
+
+
+@pytest.mark.parametrize("job_group", [b"", b"own"], ids=["ungrouped", "grouped"])
+def test_a_failure_holding_a_group_sent_twice_holds_once_and_a_refused_hold_writes_it(client, qname, job_group):
+    """fail.lua's hold of one group (ninth argument; an empty eighth for a job without a group of
+    its own): written after the failure, once; a resend writes nothing and keeps the hold as the
+    first run set it; a hold the server refuses leaves the failure written."""
+    k = keys(qname)
+    q = echomq.Queue(client, qname)
+    client.xgroup_create(k["pending"], "workers", id="0", mkstream=True)
+    hold_key = k["schedule"] + ":echomq-ghold:shop"
+    fail = client.register_script(FAIL)
+    script_keys = [k["schedule"], k["pending"], k["dead"], k["attempts"], k["errors"], k["jobs"]]
+
+    def delivered():
+        """A job added (with the group ``own``, released by hand) and read: its id and entry."""
+        jid = q.add(b"x", group=job_group.decode() or None)
+        client.execute_command("ECHO.PROMOTE", k["schedule"], k["pending"])
+        client.xreadgroup("workers", "me", {k["pending"]: ">"}, count=1)
+        [row] = client.xpending_range(k["pending"], "workers", "-", "+", 1)
+        return jid, row["message_id"]
+
+    jid, entry = delivered()
+    args = [jid, entry, "fixed:60000", 1, 5, "429", 30_000, job_group, b"shop"]
+    fired, held = fail(keys=script_keys, args=args)
+    assert fired > 0 and held > 0
+    assert int(client.get(hold_key)) == held
+    in_own_group = client.zscore(k["schedule"] + ":echomq-g:own", jid) is not None
+    assert in_own_group == bool(job_group), "the retry goes into the job's own group, not the held one"
+    assert held_until(client, qname) == 0, "the queue itself is not held"
+    # The resend: nothing written, the hold not taken again.
+    args[6] = 60_000
+    assert fail(keys=script_keys, args=args) == [-3, 0]
+    assert int(client.get(hold_key)) == held
+    # A refused hold (its key of another type): the failure is written all the same.
+    client.delete(hold_key)
+    client.rpush(hold_key, "not a hold")
+    jid, entry = delivered()
+    fired, held = fail(keys=script_keys, args=[jid, entry, "fixed:60000", 1, 5, "429", 30_000, job_group, b"shop"])
+    assert fired > 0 and b"WRONGTYPE" in held
+    assert client.hget(k["errors"], jid) == b"429"
+    assert in_flight(client, qname) == 0

@@ -6,5 +6,5 @@ mod queue;
 mod worker;
 
 pub use protocol::MAX_DELAY_MS;
-pub use queue::{new_job_id, AddOptions, Counts, DeadJob, Queue, QueueConnection};
+pub use queue::{new_job_id, AddOptions, Counts, DeadJob, GroupInfo, Queue, QueueConnection};
 pub use worker::{Job, JobError, Worker, WorkerHandle, WorkerOptions};

@@ -33,6 +33,13 @@ pub(crate) const MAX_JOB_GROUP_BYTES: usize = number(CONSTANTS, "max_job_group_b
 pub const MAX_DELAY_MS: u64 = number(CONSTANTS, "max_delay_ms");
 /// The longest hold `ECHO.HOLD` takes (a day).
 pub(crate) const MAX_HOLD_MS: u64 = number(CONSTANTS, "max_hold_ms");
+/// The largest `n` of a group limit's `<n>/s`, `<n>/m`, `<n>/h`
+/// (`ECHO.GROUPLIMIT`).
+pub(crate) const MAX_GROUP_RATE: u64 = number(CONSTANTS, "max_group_rate");
+/// The largest burst `ECHO.GROUPLIMIT` takes.
+pub(crate) const MAX_GROUP_BURST: u64 = number(CONSTANTS, "max_group_burst");
+/// The most groups one `ECHO.GROUPS` page shows.
+pub(crate) const MAX_GROUPS_COUNT: u64 = number(CONSTANTS, "max_groups_count");
 /// The longest message kept in `{name}:errors`.
 pub(crate) const MAX_ERROR_BYTES: usize = number(CONSTANTS, "max_error_bytes") as usize;
 /// Jobs per transaction of `add_many`.

@@ -15,7 +15,10 @@ use redis::{
 };
 
 use crate::envelope;
-use crate::protocol::{ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE};
+use crate::protocol::{
+    ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, MAX_GROUPS_COUNT, MAX_GROUP_BURST, MAX_GROUP_RATE,
+    PURGE_DEAD, REQUEUE,
+};
 
 /// A time-ordered unique id: the client's Unix time in ms as 13 digits, `-`,
 /// then 16 lower-case hex digits from a random source.
@@ -75,6 +78,85 @@ pub struct DeadJob {
     pub payload: Option<Vec<u8>>,
     /// The job's group ([`AddOptions::group`]), `None` without one.
     pub group: Option<String>,
+}
+
+/// One group with jobs waiting in the schedule, as `ECHO.GROUPS` reports it
+/// (see [`Queue::groups`] and docs/groups.md). `members` and `due` are the
+/// group's share of the schedule's jobs: a job released into pending
+/// belongs to no group's count any more.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupInfo {
+    /// The group's name; `None` for the jobs added without one (listed
+    /// first).
+    pub group: Option<String>,
+    /// Its jobs waiting in the schedule, due or not.
+    pub members: u64,
+    /// Those due now (waiting for their group's turn, its limit or a hold).
+    pub due: u64,
+    /// Its limit per second; `None` when nothing limits the group.
+    pub limit_rate: Option<f64>,
+    pub limit_burst: Option<u64>,
+    /// How many jobs its limit lets leave now; `None` when not limited.
+    pub available: Option<u64>,
+    /// The first ms (server clock) it may release while it waits out of
+    /// the rotation, for its earliest job, its limit or its hold; 0 in it.
+    pub waiting_until_ms: i64,
+    /// The end of its own hold ([`crate::JobError::RetryAfterGroup`],
+    /// `ECHO.HOLD ... GROUP`), 0 for none.
+    pub held_until_ms: i64,
+}
+
+impl GroupInfo {
+    /// One entry of an `ECHO.GROUPS` page: a map (RESP3) or a flat
+    /// field/value array (RESP2).
+    fn from_entry(entry: Value) -> RedisResult<GroupInfo> {
+        let pairs: Vec<(Value, Value)> = match entry {
+            Value::Map(pairs) => pairs,
+            Value::Array(flat) => {
+                let mut flat = flat.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
+                    pairs.push((k, v));
+                }
+                pairs
+            }
+            other => {
+                return Err(client_error(
+                    "unexpected ECHO.GROUPS reply",
+                    format!("{other:?}"),
+                ))
+            }
+        };
+        let mut info = GroupInfo {
+            group: None,
+            members: 0,
+            due: 0,
+            limit_rate: None,
+            limit_burst: None,
+            available: None,
+            waiting_until_ms: 0,
+            held_until_ms: 0,
+        };
+        for (field, value) in pairs {
+            let field: String = redis::from_redis_value(field)?;
+            match field.as_str() {
+                "group" => {
+                    let name: Vec<u8> = redis::from_redis_value(value)?;
+                    info.group =
+                        (!name.is_empty()).then(|| String::from_utf8_lossy(&name).into_owned());
+                }
+                "members" => info.members = redis::from_redis_value(value)?,
+                "due" => info.due = redis::from_redis_value(value)?,
+                "limit-rate" => info.limit_rate = redis::from_redis_value(value)?,
+                "limit-burst" => info.limit_burst = redis::from_redis_value(value)?,
+                "available" => info.available = redis::from_redis_value(value)?,
+                "waiting-until-ms" => info.waiting_until_ms = redis::from_redis_value(value)?,
+                "held-until-ms" => info.held_until_ms = redis::from_redis_value(value)?,
+                _ => {}
+            }
+        }
+        Ok(info)
+    }
 }
 
 /// A queue: six keys under the hash tag `{name}`.
@@ -719,7 +801,9 @@ impl Queue {
         Ok(ids)
     }
 
-    /// How many jobs are scheduled, due, pending, in flight and dead.
+    /// How many jobs are scheduled, due, pending, in flight and dead;
+    /// scheduled and due count every group's jobs too ([`Queue::groups`]
+    /// has them per group), read after the counts' pipeline.
     pub async fn counts(&self) -> RedisResult<Counts> {
         let mut conn = self.conn.clone();
         let now = server_time_ms(&mut conn).await?;
@@ -747,7 +831,14 @@ impl Queue {
                 Err(e) => return Err(e),
             };
         }
-        let [total, due, len, in_flight, dead] = nums;
+        let [mut total, mut due, len, in_flight, dead] = nums;
+        // The ungrouped jobs (group None) are the schedule's own, counted above.
+        for group in self.groups().await? {
+            if group.group.is_some() {
+                total += group.members;
+                due += group.due;
+            }
+        }
         Ok(Counts {
             scheduled: total.saturating_sub(due),
             due,
@@ -755,6 +846,77 @@ impl Queue {
             in_flight,
             dead,
         })
+    }
+
+    /// Every group with jobs waiting in the schedule, in name order, the
+    /// ungrouped jobs first (`group: None`): `ECHO.GROUPS`' pages of 1,000
+    /// groups, one call each, from the first cursor to the end. A group that
+    /// has jobs from the first page to the last is listed exactly once; one
+    /// added or emptied meanwhile at most once.
+    pub async fn groups(&self) -> RedisResult<Vec<GroupInfo>> {
+        self.groups_in_pages_of(MAX_GROUPS_COUNT).await
+    }
+
+    /// [`Queue::groups`] with pages of `page_size` (1..=1000) groups.
+    pub async fn groups_in_pages_of(&self, page_size: u64) -> RedisResult<Vec<GroupInfo>> {
+        if !(1..=MAX_GROUPS_COUNT).contains(&page_size) {
+            return Err(client_error(
+                "invalid page size",
+                format!("page_size must be in 1..={MAX_GROUPS_COUNT}, got {page_size}"),
+            ));
+        }
+        let mut out = Vec::new();
+        let mut cursor = String::from("0");
+        loop {
+            let mut page = redis::cmd("ECHO.GROUPS");
+            page.arg(&self.keys.schedule)
+                .arg("CURSOR")
+                .arg(&cursor)
+                .arg("COUNT")
+                .arg(page_size);
+            let (next, entries): (String, Vec<Value>) = self
+                .resent_on_cluster(|| async { page.query_async(&mut self.conn.clone()).await })
+                .await?;
+            for entry in entries {
+                out.push(GroupInfo::from_entry(entry)?);
+            }
+            if next == "0" {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Limits one group to `rate` (`"5/s"`, `"300/m"`, `"2/h"`; n in
+    /// 1..=1000000) with bursts of `burst` (1..=1000000), instead of the
+    /// limit every group gets from the server's `echomq.group-limits`
+    /// (`ECHO.GROUPLIMIT`). It binds from the group's next release, keeps the
+    /// group's bucket at its level (no fresh burst), and stays, as
+    /// configuration, when the group empties, until
+    /// [`Queue::clear_group_limit`]. The queue's own limit still caps the
+    /// sum. Arguments the server would refuse are refused here with nothing
+    /// sent; the server's own refusal is its error.
+    pub async fn set_group_limit(&self, group: &str, rate: &str, burst: u64) -> RedisResult<()> {
+        envelope::check_job_group(group)?;
+        check_group_limit(rate, burst)?;
+        self.group_limit(group, &[rate, &burst.to_string()]).await
+    }
+
+    /// Removes [`Queue::set_group_limit`]'s limit of one group: the
+    /// configured one applies again (none when `echomq.group-limits` does
+    /// not list the queue). Nothing to remove is no error.
+    pub async fn clear_group_limit(&self, group: &str) -> RedisResult<()> {
+        envelope::check_job_group(group)?;
+        self.group_limit(group, &["DEFAULT"]).await
+    }
+
+    /// `ECHO.GROUPLIMIT schedule group words...`: sending it twice sets the
+    /// same, so it is sent again on a cluster as the scripts are.
+    async fn group_limit(&self, group: &str, words: &[&str]) -> RedisResult<()> {
+        let mut command = redis::cmd("ECHO.GROUPLIMIT");
+        command.arg(&self.keys.schedule).arg(group).arg(words);
+        self.resent_on_cluster(|| async { command.query_async(&mut self.conn.clone()).await })
+            .await
     }
 
     /// Dead jobs, oldest death first, from position `offset`, at most `count`.
@@ -914,6 +1076,31 @@ fn check_options(options: &AddOptions) -> RedisResult<()> {
     }
     if let Some(group) = &options.group {
         envelope::check_job_group(group)?;
+    }
+    Ok(())
+}
+
+/// A group's limit checked as `ECHO.GROUPLIMIT` checks it: `rate` `<n>/s`,
+/// `<n>/m` or `<n>/h` with n in 1..=1000000 (digits only, no leading zero,
+/// the unit in any case, a fixed rate), `burst` in 1..=1000000.
+fn check_group_limit(rate: &str, burst: u64) -> RedisResult<()> {
+    let n = rate
+        .strip_suffix(['s', 'm', 'h', 'S', 'M', 'H'])
+        .and_then(|rest| rest.strip_suffix('/'))
+        .filter(|n| !n.starts_with('0') && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|n| *n <= MAX_GROUP_RATE);
+    if n.is_none() {
+        return Err(client_error(
+            "invalid group rate",
+            format!("a group's rate is <n>/s, <n>/m or <n>/h with n in 1..={MAX_GROUP_RATE}, not {rate:?}"),
+        ));
+    }
+    if !(1..=MAX_GROUP_BURST).contains(&burst) {
+        return Err(client_error(
+            "invalid group burst",
+            format!("a group's burst must be in 1..={MAX_GROUP_BURST}, got {burst}"),
+        ));
     }
     Ok(())
 }

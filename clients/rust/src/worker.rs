@@ -51,12 +51,29 @@ pub enum JobError {
     /// day), so no worker starts any of its jobs meanwhile. `RetryAfter(0)`
     /// holds nothing (and leaves a hold another worker set in force).
     RetryAfter(u64),
+    /// As `RetryAfter`, but only `group` is held (`ECHO.HOLD ... GROUP`):
+    /// the other groups' jobs go on, the held group's wait in the schedule
+    /// until the hold ends. A group the server would refuse (not 1..=1024
+    /// bytes) holds nothing: the failure is written and the refusal logged.
+    /// [`JobError::retry_after`] picks between the two.
+    RetryAfterGroup { ms: u64, group: String },
 }
 
 impl JobError {
     /// A plain failure with this message.
     pub fn msg(message: impl Into<String>) -> JobError {
         JobError::Failed(message.into())
+    }
+
+    /// `RetryAfterGroup` for `Some(group)`, `RetryAfter` (the whole queue)
+    /// for `None`: `JobError::retry_after(ms, job.group.clone())` holds the
+    /// job's own group, and for a job added without one, whose ungrouped
+    /// fellows have no name a hold could take, the whole queue.
+    pub fn retry_after(ms: u64, group: Option<String>) -> JobError {
+        match group {
+            Some(group) => JobError::RetryAfterGroup { ms, group },
+            None => JobError::RetryAfter(ms),
+        }
     }
 }
 
@@ -70,7 +87,10 @@ impl fmt::Display for JobError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             JobError::Failed(message) => f.write_str(message),
-            JobError::RetryAfter(ms) => write!(f, "retry after {ms} ms"),
+            // the same text as the other libraries' RetryAfter, a group or not
+            JobError::RetryAfter(ms) | JobError::RetryAfterGroup { ms, .. } => {
+                write!(f, "retry after {ms} ms")
+            }
         }
     }
 }
@@ -80,6 +100,11 @@ impl fmt::Debug for JobError {
         match self {
             JobError::Failed(message) => f.debug_tuple("Failed").field(message).finish(),
             JobError::RetryAfter(ms) => f.debug_tuple("RetryAfter").field(ms).finish(),
+            JobError::RetryAfterGroup { ms, group } => f
+                .debug_struct("RetryAfterGroup")
+                .field("ms", ms)
+                .field("group", group)
+                .finish(),
         }
     }
 }
@@ -806,9 +831,17 @@ impl Inner {
         }
         // RetryAfter(0) holds nothing: `ECHO.HOLD ... 0` would lift the hold
         // of another worker.
-        let hold_ms = match error {
-            JobError::RetryAfter(ms) => (*ms).min(MAX_HOLD_MS),
-            JobError::Failed(_) => 0,
+        let (hold_ms, hold_group) = match error {
+            JobError::RetryAfter(ms) => ((*ms).min(MAX_HOLD_MS), None),
+            JobError::RetryAfterGroup { ms, group } => match envelope::check_job_group(group) {
+                Ok(()) if *ms > 0 => ((*ms).min(MAX_HOLD_MS), Some(group.as_bytes())),
+                Ok(()) => (0, None),
+                Err(e) => {
+                    log(&format!("the failure of {id} holds nothing: {e}"));
+                    (0, None)
+                }
+            },
+            JobError::Failed(_) => (0, None),
         };
         let mut invocation = self.fail_script.prepare_invoke();
         invocation
@@ -825,7 +858,11 @@ impl Inner {
             .arg(self.options.max_attempts)
             .arg(message)
             .arg(hold_ms);
-        if let Some(group) = job_group {
+        if job_group.is_some() || hold_group.is_some() {
+            // '': no group of its own, before the group to hold
+            invocation.arg(job_group.unwrap_or_default());
+        }
+        if let Some(group) = hold_group {
             invocation.arg(group);
         }
         let mut conn = self.queue.conn.clone();

@@ -1,7 +1,7 @@
 """echomq: a job queue on a Valkey server with the echomq module (blocking API, threads)."""
 
-from .queue import DeadJob, Queue
+from .queue import DeadJob, GroupInfo, Queue
 from .worker import DEFAULT_BACKOFF, Job, RetryAfter, Worker
 
-__all__ = ["Queue", "Worker", "Job", "RetryAfter", "DeadJob", "DEFAULT_BACKOFF"]
+__all__ = ["Queue", "Worker", "Job", "RetryAfter", "DeadJob", "GroupInfo", "DEFAULT_BACKOFF"]
 __version__ = "0.1.0"

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import time
 from typing import Optional, Tuple, Union
 
 from valkey.exceptions import ResponseError
 
-from ._protocol import GROUP, JOB_GROUP_ENVELOPE, MAX_ERROR_BYTES, MAX_JOB_GROUP_BYTES
+from ._protocol import (
+    GROUP,
+    JOB_GROUP_ENVELOPE,
+    MAX_ERROR_BYTES,
+    MAX_GROUP_BURST,
+    MAX_GROUP_RATE,
+    MAX_JOB_GROUP_BYTES,
+)
 
 Payload = Union[bytes, bytearray, memoryview, str]
 
@@ -99,6 +107,25 @@ def job_group_bytes(group: Union[bytes, bytearray, str, None]) -> Optional[bytes
     if not 1 <= len(data) <= MAX_JOB_GROUP_BYTES:
         raise ValueError("a job group must be 1..=%d bytes, not %d" % (MAX_JOB_GROUP_BYTES, len(data)))
     return data
+
+
+_RATE = re.compile(r"([1-9][0-9]*)/[smhSMH]")
+
+
+def group_limit_words(rate: str, burst: int) -> Tuple[str, int]:
+    """A group's limit checked as ECHO.GROUPLIMIT checks it, before anything is sent: ``rate``
+    ``<n>/s``, ``<n>/m`` or ``<n>/h`` with n in 1..=1000000 (no sign, no leading zero; the
+    unit in any case; a fixed rate, not ``adaptive:``), ``burst`` an integer in 1..=1000000."""
+    if not isinstance(rate, str):
+        raise TypeError("a group's rate is a str such as '5/s', not %s" % type(rate).__name__)
+    match = _RATE.fullmatch(rate)
+    if match is None or int(match.group(1)) > MAX_GROUP_RATE:
+        raise ValueError(
+            "a group's rate is <n>/s, <n>/m or <n>/h with n in 1..=%d, not %r" % (MAX_GROUP_RATE, rate)
+        )
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_GROUP_BURST:
+        raise ValueError("a group's burst is an integer in 1..=%d, not %r" % (MAX_GROUP_BURST, burst))
+    return rate, burst
 
 
 def wrap_payload(payload: bytes, job_group: Optional[bytes]) -> bytes:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 from ._common import (
     Keys,
     Payload,
     check_client,
+    group_limit_words,
     id_bytes,
     job_group_bytes,
     make_stream,
@@ -20,7 +21,7 @@ from ._common import (
     unwrap_payload,
     wrap_payload,
 )
-from ._protocol import ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, PURGE_DEAD, REQUEUE
+from ._protocol import ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, MAX_GROUPS_COUNT, PURGE_DEAD, REQUEUE
 from ._route import Route, redirected
 from .worker import Worker
 
@@ -45,6 +46,58 @@ class DeadJob:
     payload: Optional[bytes]
     #: the job's group (``add(..., group=...)``), None for a job without one
     group: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """One group of the queue that has jobs waiting in the schedule, as ECHO.GROUPS reports it
+    (docs/groups.md). Its ``members`` and ``due`` are its share of the schedule's jobs: a job
+    released into pending belongs to no group's count any more."""
+
+    #: the group's name, None for the jobs added without one (listed first)
+    group: Optional[str]
+    #: its jobs waiting in the schedule, due or not
+    members: int
+    #: those due now (waiting for the release: their group's turn, its limit or a hold)
+    due: int
+    #: its limit per second, None when nothing limits the group
+    limit_rate: Optional[float]
+    limit_burst: Optional[int]
+    #: how many jobs its limit lets leave now, None when not limited
+    available: Optional[int]
+    #: the first ms (server clock) it may release while it waits out of the rotation, for its
+    #: earliest job, its limit or its hold; 0 while it is in the rotation
+    waiting_until_ms: int
+    #: the end of its own hold (``RetryAfter(ms, group=...)``, ECHO.HOLD ... GROUP), 0 for none
+    held_until_ms: int
+
+
+def _field(entry, name: bytes):
+    """A field of one ECHO.GROUPS entry: a map in RESP3, a flat field/value list in RESP2."""
+    if isinstance(entry, dict):
+        return entry.get(name, entry.get(name.decode()))
+    for i in range(0, len(entry) - 1, 2):
+        if entry[i] in (name, name.decode()):
+            return entry[i + 1]
+    return None
+
+
+def _group(entry) -> GroupInfo:
+    def number(name: bytes, cast=int):
+        value = _field(entry, name)
+        return None if value is None else cast(value)
+
+    name = _field(entry, b"group")
+    return GroupInfo(
+        group=to_str(name) if name else None,
+        members=number(b"members"),
+        due=number(b"due"),
+        limit_rate=number(b"limit-rate", float),
+        limit_burst=number(b"limit-burst"),
+        available=number(b"available"),
+        waiting_until_ms=number(b"waiting-until-ms") or 0,
+        held_until_ms=number(b"held-until-ms") or 0,
+    )
 
 
 def _delay(delay_ms: int) -> int:
@@ -193,7 +246,9 @@ class Queue:
     # -- inspecting --------------------------------------------------------------------------
 
     def counts(self) -> Dict[str, int]:
-        """{scheduled, due, pending, in_flight, dead}."""
+        """{scheduled, due, pending, in_flight, dead}; scheduled and due count the jobs of every
+        group too (``groups()`` has them per group): one more call per 1,000 groups past the
+        first 1,000."""
         k = self.keys
 
         def read(client):
@@ -205,13 +260,14 @@ class Queue:
             pipe.xlen(k.pending)
             pipe.execute_command("XPENDING", k.pending, GROUP)
             pipe.zcard(k.dead)
+            pipe.execute_command("ECHO.GROUPS", k.schedule, "COUNT", MAX_GROUPS_COUNT)
             replies = pipe.execute(raise_on_error=False)
             for value in replies:
                 if isinstance(value, Exception) and self._route.cluster and redirected(value):
                     raise value  # the slot moved between the commands: read it all again
             return replies
 
-        zcard, due, xlen, xpending, dead = self._route.run(read)
+        zcard, due, xlen, xpending, dead, first_groups = self._route.run(read)
         if isinstance(xpending, Exception):
             if "NOGROUP" not in str(xpending):
                 raise xpending
@@ -220,16 +276,46 @@ class Queue:
             in_flight = int(xpending.get("pending", 0))
         else:
             in_flight = int(xpending[0])
-        for value in (zcard, due, xlen, dead):
+        for value in (zcard, due, xlen, dead, first_groups):
             if isinstance(value, Exception):
                 raise value
+        zcard, due = int(zcard), int(due)
+        # the ungrouped jobs (group None) are the schedule's own, counted above
+        for group in self._group_pages(MAX_GROUPS_COUNT, first_groups):
+            if group.group is not None:
+                zcard += group.members
+                due += group.due
         return {
-            "scheduled": int(zcard) - int(due),
-            "due": int(due),
+            "scheduled": zcard - due,
+            "due": due,
             "pending": max(int(xlen) - in_flight, 0),
             "in_flight": in_flight,
             "dead": int(dead),
         }
+
+    def groups(self, page_size: int = MAX_GROUPS_COUNT) -> List[GroupInfo]:
+        """Every group that has jobs waiting in the schedule, in name order, the ungrouped jobs
+        first (``group`` None): ECHO.GROUPS' pages of ``page_size`` (1..=1000) groups, one call
+        each, from the first cursor to the end. A group that has jobs from the first page to the
+        last is listed exactly once; one added or emptied meanwhile at most once."""
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= MAX_GROUPS_COUNT:
+            raise ValueError("page_size is an integer in 1..=%d, not %r" % (MAX_GROUPS_COUNT, page_size))
+        return list(self._group_pages(page_size))
+
+    def _group_pages(self, page_size: int, page=None) -> Iterator[GroupInfo]:
+        """The groups, page after page from ``page`` (a first page read already) or the start."""
+        schedule = self.keys.schedule
+        cursor = b"0"
+        while True:
+            if page is None:
+                page = self._route.run(
+                    lambda c, at=cursor: c.execute_command("ECHO.GROUPS", schedule, "CURSOR", at, "COUNT", page_size)
+                )
+            cursor, entries = page
+            yield from (_group(entry) for entry in entries)
+            if cursor in (b"0", "0"):
+                return
+            page = None
 
     def dead(self, offset: int = 0, count: int = 100) -> List[DeadJob]:
         """Dead jobs, oldest death first."""
@@ -264,6 +350,36 @@ class Queue:
                 )
             )
         return out
+
+    # -- group limits ------------------------------------------------------------------------
+
+    def set_group_limit(self, group: str, rate: str, burst: int) -> None:
+        """Limits one group to ``rate`` (``"5/s"``, ``"300/m"``, ``"2/h"``; n in 1..=1000000)
+        with bursts of ``burst`` (1..=1000000), instead of the limit every group gets from the
+        server's ``echomq.group-limits`` (ECHO.GROUPLIMIT). It binds from the group's next
+        release, keeps the group's bucket at its level (no fresh burst), and stays, as
+        configuration, when the group empties, until ``clear_group_limit``. The queue's own
+        limit still caps the sum. Arguments the server would refuse are refused here, with
+        nothing sent (ValueError, TypeError); the server's own refusal is raised as its error."""
+        job_group = self._named(group)
+        rate, burst = group_limit_words(rate, burst)
+        schedule = self.keys.schedule
+        self._route.run(lambda c: c.execute_command("ECHO.GROUPLIMIT", schedule, job_group, rate, burst))
+
+    def clear_group_limit(self, group: str) -> None:
+        """Removes ``set_group_limit``'s limit of one group: the configured one applies again
+        (none when ``echomq.group-limits`` does not list the queue). Nothing to remove is no
+        error."""
+        job_group = self._named(group)
+        schedule = self.keys.schedule
+        self._route.run(lambda c: c.execute_command("ECHO.GROUPLIMIT", schedule, job_group, "DEFAULT"))
+
+    @staticmethod
+    def _named(group: str) -> bytes:
+        job_group = job_group_bytes(group)
+        if job_group is None:
+            raise ValueError("a group limit needs a group: the ungrouped jobs have the configured limit")
+        return job_group
 
     # -- repairing ---------------------------------------------------------------------------
 

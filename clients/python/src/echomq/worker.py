@@ -17,7 +17,7 @@ from valkey.exceptions import ConnectionError as _ConnError
 from valkey.exceptions import ResponseError
 from valkey.exceptions import TimeoutError as _TimeoutError
 
-from ._common import consumer_name, error_text, make_stream, server_ms, to_str, unwrap_payload
+from ._common import consumer_name, error_text, job_group_bytes, make_stream, server_ms, to_str, unwrap_payload
 from ._route import describe, redirected
 from ._protocol import (
     DEFAULT_BACKOFF,
@@ -71,11 +71,19 @@ def _resend(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT) or _stale(exc) or redirected(exc)
 
 class RetryAfter(Exception):
-    """Raise from a handler when a dependency asked to wait (429/503 with Retry-After):
-    the queue is held for ``ms`` (no worker starts a job of it) and the job fails as usual."""
+    """Raise from a handler when a dependency asked to wait (429/503 with Retry-After): the job
+    fails as usual and the queue is held for ``ms`` (the server releases none of its jobs, and no
+    worker starts one). With ``group`` (``RetryAfter(ms, group=job.group)``) only that group is
+    held: the other groups' jobs go on, and the held group's wait in the schedule until the hold
+    ends. ``group=None`` (the default, and ``job.group`` of a job added without one) holds the
+    whole queue: the ungrouped jobs have no name a hold could take. A group the server would
+    refuse (not 1..=1024 bytes) raises here, so the job fails with that error and nothing is
+    held."""
 
-    def __init__(self, ms: int, message: Optional[str] = None) -> None:
+    def __init__(self, ms: int, message: Optional[str] = None, *, group: Optional[str] = None) -> None:
         self.ms = max(0, int(ms))
+        self.group = group
+        self._group = job_group_bytes(group)
         super().__init__(message or "retry after %d ms" % self.ms)
 
 
@@ -676,9 +684,12 @@ class Worker:
         A grouped job (``job_group``, from its payload's envelope) is retried into its group."""
         k = self.keys
         hold_ms = min(exc.ms, MAX_HOLD_MS) if isinstance(exc, RetryAfter) else 0  # 0: no hold
+        hold_group = getattr(exc, "_group", None) if hold_ms else None
         args = [jid, eid, self.backoff, attempt, self.max_attempts, error_text(exc), hold_ms]
-        if job_group is not None:
-            args.append(job_group)
+        if job_group is not None or hold_group is not None:
+            args.append(job_group or b"")  # '': no group of its own, the hold's group follows
+        if hold_group is not None:
+            args.append(hold_group)
         pause = 0.05
         while True:
             try:
@@ -698,9 +709,10 @@ class Worker:
         # {fired, held}: -3 (a resend, or settled elsewhere) and -4 (removed) wrote nothing more.
         held = reply[1] if isinstance(reply, (list, tuple)) and len(reply) > 1 else 0
         if isinstance(held, (bytes, str)):
+            what = "the queue" if hold_group is None else "group %r" % to_str(hold_group)
             log.warning(
-                "echomq: job %r failed and was written, but the queue could not be held for %d ms (%s)",
-                to_str(jid), hold_ms, to_str(held),
+                "echomq: job %r failed and was written, but %s could not be held for %d ms (%s)",
+                to_str(jid), what, hold_ms, to_str(held),
             )
 
     def _ack_loop(self) -> None:
