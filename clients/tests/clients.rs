@@ -1047,10 +1047,10 @@ fn spawn_grouped_add(
 
 /// Groups across the languages: one job group of 3,000 jobs added first (in
 /// Python), then 5 groups of 20 each (in Node.js and Rust), on a queue
-/// released by the server's timer at 500/s: every job of the small groups
-/// starts before at most ~1,000 of the big group's (in FIFO order they
-/// would wait behind all 3,000), with workers of all three languages, each
-/// job done exactly once.
+/// released by the server's timer at 500/s once all are added: every job of
+/// the small groups starts before at most 200 of the big group's (in FIFO
+/// order they would wait behind all 3,000), with workers of all three
+/// languages, each job done exactly once.
 #[test]
 fn small_groups_are_not_stuck_behind_a_big_one() {
     let Some((_server, url, mut con)) =
@@ -1072,6 +1072,12 @@ fn small_groups_are_not_stuck_behind_a_big_one() {
     ] {
         let _: () = run(&mut con, cmd("CONFIG").arg("SET").arg(name).arg(value));
     }
+    // Held while the groups are added, so the order the jobs start in is the
+    // fair release's alone, not how long a loaded machine takes to start
+    // the adding processes (at 500/s a slow start let 1,133 big-group jobs
+    // go first once).
+    let schedule = format!("{{{queue}}}:schedule");
+    let _: i64 = run(&mut con, cmd("ECHO.HOLD").arg(&schedule).arg(600_000));
     let started = format!("{{{queue}}}:started");
     let workers =
         start_counting_workers(&url, queue, &["--started", &started, "--concurrency", "10"]);
@@ -1090,6 +1096,7 @@ fn small_groups_are_not_stuck_behind_a_big_one() {
     for mut add in adds {
         assert!(add.wait().expect("wait").success(), "a small group added");
     }
+    let _: i64 = run(&mut con, cmd("ECHO.HOLD").arg(&schedule).arg(0));
     let total = big + small * per_small;
     wait_all_done(&mut con, &workers, total);
     let seen = stop_and_tally(&mut con, workers);
@@ -1117,8 +1124,11 @@ fn small_groups_are_not_stuck_behind_a_big_one() {
         .filter(|id| id.starts_with("big-"))
         .count();
     eprintln!("big-group jobs started before the last small-group job: {big_before} of {big}");
+    // One round of the release takes one job of each group: the small groups
+    // are done after 20 rounds, so about 20 big-group jobs go first, plus
+    // what the 30 workers' slots reorder.
     assert!(
-        big_before <= 1_000,
+        big_before <= 200,
         "{big_before} of the big group's jobs started before the last small group's job"
     );
     let keys: Vec<String> = run(&mut con, cmd("KEYS").arg(format!("{{{queue}}}:schedule*")));
