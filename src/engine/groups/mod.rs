@@ -36,7 +36,7 @@
 //! The ungrouped members are never in the index: the store reads `S`'s
 //! earliest member instead, so a write without `GROUP` costs what it did.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redis_module::{Context, RedisError, RedisValue};
@@ -56,6 +56,7 @@ mod store;
 
 pub use listing::page;
 pub use settings::{hold, set_limit};
+pub use store::Taken;
 use store::{held_until, limit_of, stored_tat, KeyStore, StoreNames};
 
 const MEMBERS_INFIX: &[u8] = b":echomq-g:";
@@ -285,9 +286,10 @@ pub fn grouped(ctx: &Context, schedule: &[u8]) -> Result<bool, RedisError> {
     }
 }
 
-/// What a grouped release did, for the mover.
+/// What a grouped release did, for the mover: the members as the server's
+/// strings, already out of their groups.
 pub struct Outcome {
-    pub release: Release,
+    pub release: Release<Taken>,
 }
 
 /// One fair release of at most `want` members of the grouped `schedule`
@@ -309,6 +311,7 @@ pub fn release(
     let mut store = KeyStore::open(ctx, schedule, &names, ungrouped)?;
     let cursor = cursor_key.string_bytes().and_then(Group::from_stored);
     let release = fairness::release(&mut store, now_ms, want, cursor.as_ref(), max_steps);
+    store.publish(&release.released);
     forget_if_empty(&store.index, &store.ring, names.marker.arg());
     if release.visits > 0 {
         match &release.cursor {
