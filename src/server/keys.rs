@@ -380,15 +380,15 @@ impl<'a> Key<'a> {
         removed
     }
 
-    /// The effects of `ZREM key m1..mk` for members `zrem_deferred_each` took out:
-    /// the signal, the events (`del` when the set emptied) and the
-    /// replication, once.
-    pub fn removed(&self, members: &[&Arg]) {
-        if members.is_empty() {
+    /// The effects of `ZREM key m1..mk` for members `zrem_deferred_each`
+    /// took out: the signal, the events (`del` when the set emptied) and
+    /// the replication, once.
+    pub fn removed<'m>(&self, members: impl Iterator<Item = &'m Arg>) {
+        let strings: Vec<*mut RedisModuleString> = members.map(|m| m.0).collect();
+        if strings.is_empty() {
             return;
         }
         self.zrem_events();
-        let strings: Vec<*mut RedisModuleString> = members.iter().map(|m| m.0).collect();
         self.replicate_strings(c"ZREM", &strings);
     }
 

@@ -266,8 +266,15 @@ impl GroupKeys<'_> {
 /// A sorted-set score as whole ms (rounded down, clamped): scores written by
 /// echomq are integers; one written by hand may not be.
 fn score_ms(score: f64) -> i64 {
-    // `as` saturates; a sorted set never holds NaN.
-    score.floor() as i64
+    // `as` truncates toward zero and saturates (a sorted set never holds
+    // NaN); one less when that dropped a fraction below zero: the floor,
+    // without the libm call `floor` is on this target, once per member.
+    let truncated = score as i64;
+    if (truncated as f64) > score {
+        truncated.saturating_sub(1)
+    } else {
+        truncated
+    }
 }
 
 /// Whether `schedule`'s releases are grouped: it has a hash tag and groups
@@ -354,4 +361,32 @@ pub fn put_back(
         keys.reindex()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::score_ms;
+
+    #[test]
+    fn a_score_in_ms_is_its_floor() {
+        for score in [
+            0.0,
+            -0.0,
+            5.0,
+            5.7,
+            -5.7,
+            -5.0,
+            -0.5,
+            1_800_000_000_000.25,
+            -1_800_000_000_000.25,
+            9.2e18,
+            9_223_372_036_854_775_807.0,
+            1e19,
+            -1e19,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
+            assert_eq!(score_ms(score), score.floor() as i64, "{score}");
+        }
+    }
 }

@@ -141,19 +141,23 @@ impl<'a> KeyStore<'a> {
 
     /// Sends the effects of the members a release took out of their groups:
     /// one `ZREM` a group, as `ZREM key m1..mk`.
-    pub(super) fn publish(&self, released: &[fairness::Released<Taken>]) {
+    pub(super) fn publish<'s>(&'s self, released: &[fairness::Released<Taken>]) {
+        let key_of =
+            |head: &'s Head<'a>| -> &'s Key<'a> { head.key.as_ref().unwrap_or(self.ungrouped) };
+        if let [head] = self.heads.as_slice() {
+            // One group popped from (often the only one due): no sorting.
+            key_of(head).removed(released.iter().map(|r| r.member.name()));
+            return;
+        }
         let mut by_head: Vec<Vec<&Arg>> = Vec::new();
         by_head.resize_with(self.heads.len(), Vec::new);
         for r in released {
             if let Some(members) = by_head.get_mut(r.member.head) {
-                members.push(r.member.name.arg());
+                members.push(r.member.name());
             }
         }
         for (head, members) in self.heads.iter().zip(by_head) {
-            head.key
-                .as_ref()
-                .unwrap_or(self.ungrouped)
-                .removed(&members);
+            key_of(head).removed(members.into_iter());
         }
     }
 
