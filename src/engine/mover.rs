@@ -104,6 +104,7 @@ pub fn move_due(
     now_ms: i64,
     time_limit: TimeLimit,
 ) -> Result<Moved, RedisError> {
+    let pending_name = pending;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
     let pending = Pending::open(ctx, pending)?;
@@ -111,7 +112,7 @@ pub fn move_due(
         TimeLimit::Unbounded => (limit, None),
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
-    let allowance = release::allowance(ctx, schedule)?;
+    let allowance = release::allowance(ctx, schedule, pending_name)?;
     if groups::grouped(ctx, schedule.as_slice())? {
         return move_grouped(
             ctx,
@@ -186,7 +187,7 @@ fn move_grouped(
     limit: u64,
     now_ms: i64,
     time_limit: TimeLimit,
-    allowance: Option<Allowance>,
+    allowance: Option<Allowance<'_>>,
 ) -> Result<Moved, RedisError> {
     let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
     let (batch, deadline) = match time_limit {
