@@ -221,8 +221,32 @@ impl<'a> Key<'a> {
         if self.kind() != Kind::SortedSet {
             return members;
         }
+        // Room for a typical batch; a larger one grows as it is found, so a
+        // huge LIMIT on a huge set with little due allocates little.
+        members
+            .ptrs
+            .reserve(usize::try_from(limit.min(self.zcard()).min(1024)).unwrap_or(0));
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        self.zset_range(max_score, limit, |member, score| {
+            members.earliest_score.get_or_insert(score);
+            members.ptrs.push(member);
+        });
+        members
+    }
+
+    /// Hands `each` the members with score `<= max_score`, lowest first
+    /// (ties in the set's own order), at most `limit` of them, each a new
+    /// string the caller then owns, with its score. The caller has checked
+    /// that the key is a sorted set.
+    fn zset_range(
+        &self,
+        max_score: f64,
+        limit: usize,
+        mut each: impl FnMut(*mut RedisModuleString, f64),
+    ) {
+        let mut taken = 0;
         // SAFETY: a live handle of a sorted set. The range iterator is stopped
-        // before returning, and members are copied (owned strings), so the
+        // before returning, and each member handed out is a new string, so the
         // set may be changed afterwards.
         unsafe {
             let first = api!(RedisModule_ZsetFirstInScoreRange)(
@@ -233,31 +257,22 @@ impl<'a> Key<'a> {
                 0,
             );
             if first != raw::REDISMODULE_OK as c_int {
-                return members;
+                return;
             }
-            // Room for a typical batch; a larger one grows as it is found, so a
-            // huge LIMIT on a huge set with little due allocates little.
-            let len = api!(RedisModule_ValueLength)(self.ptr) as u64;
-            members
-                .ptrs
-                .reserve(usize::try_from(limit.min(len).min(1024)).unwrap_or(0));
-            while (members.ptrs.len() as u64) < limit
-                && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0
-            {
+            while taken < limit && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0 {
                 let mut score = 0.0f64;
                 let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
                 if member.is_null() {
                     break;
                 }
-                members.earliest_score.get_or_insert(score);
-                members.ptrs.push(member);
+                each(member, score);
+                taken += 1;
                 if api!(RedisModule_ZsetRangeNext)(self.ptr) == 0 {
                     break;
                 }
             }
             api!(RedisModule_ZsetRangeStop)(self.ptr);
         }
-        members
     }
 
     /// How many members a sorted set has (0 when the key is missing or of
@@ -325,40 +340,10 @@ impl<'a> Key<'a> {
         if limit == 0 || self.kind() != Kind::SortedSet {
             return;
         }
-        let mut taken = 0;
-        // SAFETY: a live handle of a sorted set; the range is stopped before
-        // returning; each element is a new string owned by the OwnedName.
-        unsafe {
-            let status = api!(RedisModule_ZsetFirstInScoreRange)(
-                self.ptr,
-                f64::NEG_INFINITY,
-                max_score,
-                0,
-                0,
-            );
-            if status != raw::REDISMODULE_OK as c_int {
-                return;
-            }
-            while taken < limit && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0 {
-                let mut score = 0.0f64;
-                let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
-                if member.is_null() {
-                    break;
-                }
-                each(
-                    OwnedName {
-                        ctx: self.ctx.ctx,
-                        ptr: member,
-                    },
-                    score,
-                );
-                taken += 1;
-                if api!(RedisModule_ZsetRangeNext)(self.ptr) == 0 {
-                    break;
-                }
-            }
-            api!(RedisModule_ZsetRangeStop)(self.ptr);
-        }
+        let ctx = self.ctx.ctx;
+        self.zset_range(max_score, limit, |ptr, score| {
+            each(OwnedName { ctx, ptr }, score)
+        });
     }
 
     /// Removes each member from the set now, leaving the signal, events and
