@@ -49,8 +49,8 @@ def main():
     ap.add_argument("--herd-rounds", type=int, default=1,
                     help="herd_first: rounds, every lane once per round")
     ap.add_argument("--groups-old-module", default="",
-                    help="groups: a module build to compare the ungrouped empty promote with "
-                    "(started on a server of its own)")
+                    help="groups: a module build to compare the release lanes and the ungrouped "
+                    "empty promote with (started on a server of its own, beside this build's)")
     ap.add_argument("--herd-json", default="",
                     help="herd: where to write the series (default target/bench/herd-limits.json)")
     ap.add_argument("--adaptive-window-ms", type=int, default=200,
