@@ -8,7 +8,9 @@
 #
 # usage: bash scripts/profile.sh [seconds] [workload...]
 #   workloads: retry (jittered), retry-fixed, zadd, promote, promote-lua,
-#              promote-mix (ECHO.PROMOTE, Lua and native commands in turn), spread
+#              promote-mix (ECHO.PROMOTE, Lua and native commands in turn), spread,
+#              promote-g0, promote-g1, promote-g10 (a release of 1000 from 0, 1 or 10 groups),
+#              promote-limited (releases of 1 through a limit that allows)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 module=${ECHOMQ_MODULE:-$root/target/release/libechomq.so}
@@ -52,6 +54,10 @@ declare -A fold=(
   [retry]="echo.retry:ValkeyModuleCommandDispatcher:echo_retry"
   [retry-fixed]="echo.retry:ValkeyModuleCommandDispatcher:echo_retry"
   [promote]="echo.promote:ValkeyModuleCommandDispatcher:echo_promote"
+  [promote-g0]="echo.promote:ValkeyModuleCommandDispatcher:echo_promote"
+  [promote-g1]="echo.promote:ValkeyModuleCommandDispatcher:echo_promote"
+  [promote-g10]="echo.promote:ValkeyModuleCommandDispatcher:echo_promote"
+  [promote-limited]="echo.promote:ValkeyModuleCommandDispatcher:echo_promote"
   [promote-lua]="evalsha:evalGenericCommand:luaCallFunction"
   [spread]="echo.spread:ValkeyModuleCommandDispatcher:echo_spread"
   [promote-mix]="echo.promote:ValkeyModuleCommandDispatcher:echo_promote"

@@ -987,3 +987,37 @@ fn over_maxmemory_a_hold_works_for_queues_that_exist() {
     assert_eq!(lifted, 0);
     let _: () = q!(&mut con, "CONFIG", "SET", "maxmemory", "0");
 }
+
+/// A release whose `pending` is named as its own limit's state key: the
+/// jobs pushed there stay a list and nothing is lost, whether the state key
+/// was missing (the push creates the list, which the booking then leaves
+/// alone) or the key already is that list (`WRONGTYPE`, nothing written).
+#[test]
+fn a_pending_named_as_the_state_key_keeps_its_jobs() {
+    let server = Server::start();
+    let mut con = server.conn();
+    // A slow refill: the state must be kept (written) after the release.
+    set_limits(&mut con, &format!("{S} 1/h 10"));
+    fill_due(&mut con, S, 10);
+    let moved: i64 = q!(&mut con, "ECHO.PROMOTE", S, STATE, "LIMIT", 4);
+    assert_eq!(moved, 4);
+    let kind: String = q!(&mut con, "TYPE", STATE);
+    assert_eq!(kind, "list");
+    let jobs: Vec<String> = q!(&mut con, "LRANGE", STATE, 0, -1);
+    assert_eq!(
+        jobs,
+        ["job-000003", "job-000002", "job-000001", "job-000000"]
+    );
+    let ttl: i64 = q!(&mut con, "PTTL", STATE);
+    assert_eq!(ttl, -1, "no expiry on the jobs");
+    let refused = redis::cmd("ECHO.PROMOTE")
+        .arg(S)
+        .arg(STATE)
+        .query::<i64>(&mut con)
+        .expect_err("the state key is a list");
+    assert!(refused.to_string().contains("WRONGTYPE"), "{refused}");
+    let left: i64 = q!(&mut con, "ZCARD", S);
+    assert_eq!(left, 6, "nothing moved by the refused call");
+    let jobs_after: i64 = q!(&mut con, "LLEN", STATE);
+    assert_eq!(jobs_after, 4);
+}

@@ -57,8 +57,8 @@ def main():
                     help="tenants: seconds after the last add for the small tenants' jobs "
                     "(default 10; longer lets arrival order finish them)")
     ap.add_argument("--groups-old-module", default="",
-                    help="groups: a module build to compare the ungrouped empty promote with "
-                    "(started on a server of its own)")
+                    help="groups: a module build to compare the release lanes and the ungrouped "
+                    "empty promote with (started on a server of its own, beside this build's)")
     ap.add_argument("--herd-json", default="",
                     help="herd: where to write the series (default target/bench/herd-limits.json)")
     ap.add_argument("--adaptive-window-ms", type=int, default=200,

@@ -1,20 +1,24 @@
 """Section `groups`: what the fair release of groups (docs/groups.md) costs.
 
 Release cost per member: `ECHO.PROMOTE s p LIMIT 1000` moving 1000 due
-members of (i) an ungrouped schedule, (ii) 10 groups of 100, (iii) 1000
-groups of 1, each filled by ECHO.SCHEDULE ... 0 [GROUP g] (pipelined, not
-measured) on fresh keys; server µs per member from INFO commandstats reset
-before the call; K calls per variant a round, bench.rounds rounds (+1
-warm-up), order rotating; ratios of medians to (i).
+members of (i) an ungrouped schedule, (ii) one group of 1000, (iii) 10
+groups of 100, (iv) 1000 groups of 1, each filled by ECHO.SCHEDULE ... 0
+[GROUP g] (pipelined, not measured) on fresh keys; server µs per member
+from INFO commandstats reset before the call; K calls per variant a round,
+bench.rounds rounds (+1 warm-up), order rotating; ratios of medians to (i).
 
-(iv) An ungrouped promote that finds nothing due, on a schedule with a hash
+(v) An ungrouped promote that finds nothing due, on a schedule with a hash
 tag and 1000 future members: pipelined batches of 1000 calls, server µs per
-call. With --groups-old-module SO (a build of commit 4941470, before
-groups), two servers of this section's own (ECHOMQ_SERVER or
-valkey-server, as the versions section starts them), one with that build
-and one with the module bench.sh loaded, interleaved by round with
-bench.sh's server (an A/A control: the same build on two servers): the
-grouped check's one key lookup per promote, as a ratio.
+call.
+
+With --groups-old-module SO (another build: 4941470, before groups, for
+(v); any build to compare the release with), two servers of this section's
+own (ECHOMQ_SERVER or valkey-server, as the versions section starts them),
+one with that build and one with the module bench.sh loaded, interleaved by
+round with bench.sh's server (an A/A control: the same build on two
+servers): the release's lanes on each, with each lane's ratio this build ÷
+that build, and the grouped check's one key lookup per promote (v), as a
+ratio.
 
 Scale: G = 100,000 groups (10,000 with --quick) with one due member each
 against the same number of members in one ungrouped schedule, alternating,
@@ -40,8 +44,8 @@ from .versions import Target
 B = 1000  # members per promote
 K = 3  # promotes per variant and round
 TX = 1000  # commands per pipelined write of a fill
-RELEASE = [("plain", "(i) ungrouped", 0), ("g10", "(ii) 10 groups of 100", 10),
-           ("g1000", "(iii) 1000 groups of 1", 1000)]
+RELEASE = [("plain", "(i) ungrouped", 0), ("g1", "(ii) one group of 1000", 1),
+           ("g10", "(iii) 10 groups of 100", 10), ("g1000", "(iv) 1000 groups of 1", 1000)]
 
 
 def fill(conn, sched, n, groups, prefix="m", delay=0):
@@ -57,33 +61,40 @@ def fill(conn, sched, n, groups, prefix="m", delay=0):
         conn.pipeline(cmds)
 
 
-def release_cost(bench):
-    c = bench.c
-    per = {v: [] for v, _, _ in RELEASE}
+def release_cost(bench, own):
+    """The release lanes on bench.sh's server and, with own servers (this
+    build, another), on those too, interleaved by round."""
+    targets = [("here", "", bench.c)] + [(k, " (%s)" % label, t.c) for k, label, t in own]
+    per = {(k, v): [] for k, _, _ in targets for v, _, _ in RELEASE}
     for r in range(bench.rounds + 1):
-        for v, _, groups in rotate(RELEASE, r):
-            sched, pend = "{grp-%s}:schedule" % v, "{grp-%s}:pending" % v
-            for _ in range(K):
-                c.call("DEL", sched, pend)
-                fill(c, sched, B, groups)
-                settle(c)
-                c.call("CONFIG", "RESETSTAT")
-                moved = c.call("ECHO.PROMOTE", sched, pend, "LIMIT", B)
-                st = cmdstats(c)
-                if moved != B or c.call("LLEN", pend) != B:
-                    raise RuntimeError("groups: %s moved %r of %d" % (v, moved, B))
-                if r > 0:
-                    per[v].append(st["echo.promote"][1] / B)
-            left = c.call("KEYS", "{grp-%s}*" % v)
-            if left != [pend.encode()]:
-                raise RuntimeError("groups: %s left %r" % (v, left))
-            c.call("DEL", pend)
-    base = med(per["plain"])
-    for v, label, _ in RELEASE:
-        bench.add("groups: release of 1000 members by ECHO.PROMOTE (%d rounds × %d)"
-                  % (bench.rounds, K), label, "%.3f" % med(per[v]), "µs/member (server)",
-                  ratio="%.2f× (i)" % (med(per[v]) / base), samples=per[v], fmt="%.3f")
-    return {v: med(per[v]) for v in per}
+        for k, _, c in rotate(targets, r):
+            for v, _, groups in rotate(RELEASE, r):
+                sched, pend = "{grp-%s}:schedule" % v, "{grp-%s}:pending" % v
+                for _ in range(K):
+                    c.call("DEL", sched, pend)
+                    fill(c, sched, B, groups)
+                    settle(c)
+                    c.call("CONFIG", "RESETSTAT")
+                    moved = c.call("ECHO.PROMOTE", sched, pend, "LIMIT", B)
+                    st = cmdstats(c)
+                    if moved != B or c.call("LLEN", pend) != B:
+                        raise RuntimeError("groups: %s moved %r of %d" % (v, moved, B))
+                    if r > 0:
+                        per[(k, v)].append(st["echo.promote"][1] / B)
+                left = c.call("KEYS", "{grp-%s}*" % v)
+                if left != [pend.encode()]:
+                    raise RuntimeError("groups: %s left %r" % (v, left))
+                c.call("DEL", pend)
+    section = "groups: release of 1000 members by ECHO.PROMOTE (%d rounds × %d)" % (bench.rounds, K)
+    for k, where, _ in targets:
+        base = med(per[(k, "plain")])
+        for v, label, _ in RELEASE:
+            ratio = "%.2f× (i)" % (med(per[(k, v)]) / base)
+            if k == "new":
+                ratio += "; %.3f× the other build" % (med(per[(k, v)]) / med(per[("old", v)]))
+            bench.add(section, label + where, "%.3f" % med(per[(k, v)]), "µs/member (server)",
+                      ratio=ratio, samples=per[(k, v)], fmt="%.3f")
+    return {"%s %s" % kv: med(x) for kv, x in per.items()}
 
 
 def empty_promotes(conn, sched, pend):
@@ -95,17 +106,28 @@ def empty_promotes(conn, sched, pend):
     return usec_per_call(cmdstats(conn), "echo.promote")
 
 
-def empty_cost(bench):
+def own_servers(bench):
+    """With --groups-old-module: (key, label, Target) of this build and the
+    other, each on a server of its own."""
+    old = bench.groups_old_module
+    if not old:
+        return []
+    binary = os.environ.get("ECHOMQ_SERVER") or shutil.which("valkey-server")
+    new_so = os.environ.get("ECHOMQ_MODULE")
+    new = Target(binary, new_so, "this build")
+    try:
+        other = Target(binary, old, "old")
+    except Exception:
+        new.stop()
+        raise
+    return [("new", "own server, this build", new),
+            ("old", "own server, %s" % os.path.basename(old), other)]
+
+
+def empty_cost(bench, own):
     sched, pend = "{gempty}:schedule", "{gempty}:pending"
     targets = [("here", "bench.sh's server, this build", bench.c)]
-    own = []
-    old = bench.groups_old_module
-    if old:
-        binary = os.environ.get("ECHOMQ_SERVER") or shutil.which("valkey-server")
-        new_so = os.environ.get("ECHOMQ_MODULE")
-        own = [Target(binary, new_so, "this build"), Target(binary, old, "old")]
-        targets += [("new", "own server, this build", own[0].c),
-                    ("old", "own server, %s" % os.path.basename(old), own[1].c)]
+    targets += [(k, label, t.c) for k, label, t in own]
     per = {k: [] for k, _, _ in targets}
     try:
         for _, _, conn in targets:
@@ -119,8 +141,6 @@ def empty_cost(bench):
                         per[k].append(us)
     finally:
         bench.c.call("DEL", sched, pend)
-        for t in own:
-            t.stop()
     section = "groups: ECHO.PROMOTE finding nothing due, hash-tagged schedule (%d rounds × %d × 1000)" % (
         bench.rounds, K)
     for k, label, _ in targets:
@@ -231,8 +251,13 @@ def scale(bench):
 
 
 def run(bench):
-    rel = release_cost(bench)
-    print("  groups release µs/member: %s" % rel, file=sys.stderr)
-    emp = empty_cost(bench)
-    print("  groups empty promote µs/call: %s" % emp, file=sys.stderr)
+    own = own_servers(bench)
+    try:
+        rel = release_cost(bench, own)
+        print("  groups release µs/member: %s" % rel, file=sys.stderr)
+        emp = empty_cost(bench, own)
+        print("  groups empty promote µs/call: %s" % emp, file=sys.stderr)
+    finally:
+        for _, _, t in own:
+            t.stop()
     scale(bench)

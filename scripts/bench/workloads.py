@@ -96,6 +96,34 @@ def workload(port, name, seconds):
                 c.pipeline([["LPUSH", "pf:n:p"] + due, ["ZREMRANGEBYRANK", "pf:n", 0, len(due) - 1]])
                 n += len(due)
         print("promoted %d" % n, file=sys.stderr)
+    elif name in ("promote-g0", "promote-g1", "promote-g10"):
+        # as the groups section's release lanes: 1000 members due now by
+        # ECHO.SCHEDULE ... 0 [GROUP g] over 0 (ungrouped), 1 or 10 groups (the
+        # fill shows as echo.schedule), moved by one ECHO.PROMOTE ... LIMIT 1000
+        groups = int(name[len("promote-g"):])
+        n = 0
+        while time.time() < end:
+            cmds = []
+            for i in range(1000):
+                cmd = ["ECHO.SCHEDULE", "{pf}:g", "job:%d" % i, 0]
+                if groups:
+                    cmd += ["GROUP", "g%d" % (i % groups)]
+                cmds.append(cmd)
+            c.pipeline(cmds)
+            n += c.call("ECHO.PROMOTE", "{pf}:g", "{pf}:p", "LIMIT", 1000)
+            c.call("DEL", "{pf}:p")
+        print("promoted %d" % n, file=sys.stderr)
+    elif name == "promote-limited":
+        # small releases through a limit that allows (10/s, burst 10^6):
+        # each ECHO.PROMOTE ... LIMIT 1 reads and writes the limit's state key
+        c.call("CONFIG", "SET", "echomq.release-limits", "{pf}:l 10/s 1000000")
+        n = 0
+        while time.time() < end:
+            b.fill("{pf}:l", 20_000, now_ms() - 10_000_000, 1, "job:", 0)
+            for _ in range(20):
+                n += sum(c.pipeline([["ECHO.PROMOTE", "{pf}:l", "{pf}:lp", "LIMIT", 1]] * 1000))
+            c.call("DEL", "{pf}:lp")
+        print("promoted %d" % n, file=sys.stderr)
     elif name == "spread":
         b.fill("pf:sp", 1_000_000, now_ms(), 1, "s:", 0)
         while time.time() < end:

@@ -104,6 +104,7 @@ pub fn move_due(
     now_ms: i64,
     time_limit: TimeLimit,
 ) -> Result<Moved, RedisError> {
+    let pending_name = pending;
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
     let pending = Pending::open(ctx, pending)?;
@@ -111,7 +112,7 @@ pub fn move_due(
         TimeLimit::Unbounded => (limit, None),
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
-    let allowance = release::allowance(ctx, schedule)?;
+    let allowance = release::allowance(ctx, schedule, pending_name)?;
     if groups::grouped(ctx, schedule.as_slice())? {
         return move_grouped(
             ctx,
@@ -186,7 +187,7 @@ fn move_grouped(
     limit: u64,
     now_ms: i64,
     time_limit: TimeLimit,
-    allowance: Option<Allowance>,
+    allowance: Option<Allowance<'_>>,
 ) -> Result<Moved, RedisError> {
     let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
     let (batch, deadline) = match time_limit {
@@ -209,20 +210,17 @@ fn move_grouped(
             ask,
             max_steps,
         )?;
-        let release = &outcome.release;
-        let pushed = push_released(ctx, schedule, schedule_key, pending, &release.released)?;
+        let release = outcome.release;
+        let found = release.released.len();
+        let (pushed, earliest_ms) =
+            push_released(ctx, schedule, schedule_key, pending, release.released)?;
         if moved.earliest_ms.is_none() {
-            moved.earliest_ms = release
-                .released
-                .iter()
-                .take(pushed)
-                .map(|r| r.fire_at_ms as f64)
-                .reduce(f64::min);
+            moved.earliest_ms = earliest_ms;
         }
         moved.count += pushed as u64;
         stats::group_released(pushed as u64, release.limited.len() as u64);
         still_due = release.left.by_want || release.left.by_budget;
-        if pushed < release.released.len() {
+        if pushed < found {
             moved.refused = Some(ReplyError::StreamFull);
             break;
         }
@@ -244,28 +242,52 @@ fn move_grouped(
 }
 
 /// Pushes a grouped release's members to `pending` in release order: how
-/// many it took. A stream out of IDs refuses the tail, which goes back to
-/// its groups (`groups::put_back`): nothing lost, nothing twice.
+/// many it took, and the earliest fire time among them. A stream out of IDs
+/// refuses the tail, which goes back to its groups (`groups::put_back`):
+/// nothing lost, nothing twice.
 fn push_released(
     ctx: &Context,
     schedule: &Arg,
     schedule_key: &Key,
     pending: &Pending,
-    released: &[fairness::Released],
-) -> Result<usize, RedisError> {
-    let mut members = Members::from_bytes(ctx, released.iter().map(|r| r.member.as_slice()));
+    released: Vec<fairness::Released<groups::Taken>>,
+) -> Result<(usize, Option<f64>), RedisError> {
+    let earliest = |n: usize, fire_at_ms: &mut dyn Iterator<Item = i64>| {
+        fire_at_ms.take(n).map(|ms| ms as f64).reduce(f64::min)
+    };
     match pending.sink {
         Sink::Stream => {
+            // A copy of each, for the tail the stream may refuse (its
+            // strings are freed with the refusal).
+            let copies: Vec<fairness::Released> = released
+                .iter()
+                .map(|r| fairness::Released {
+                    group: r.group.clone(),
+                    member: r.member.name().as_slice().to_vec(),
+                    fire_at_ms: r.fire_at_ms,
+                })
+                .collect();
+            let mut members =
+                Members::from_names(ctx, released.into_iter().map(|r| r.member.into_name()));
             let appended = pending.key.xadd_jobs(&mut members);
             pending.key.publish(appended, &members);
-            let refused = released.get(members.len()..).unwrap_or_default();
+            let pushed = members.len();
+            let refused = copies.get(pushed..).unwrap_or_default();
             if !refused.is_empty() {
                 groups::put_back(ctx, schedule.as_slice(), schedule_key, refused)?;
             }
+            let earliest_ms = earliest(pushed, &mut copies.iter().map(|r| r.fire_at_ms));
+            Ok((pushed, earliest_ms))
         }
-        Sink::List => pending.key.lpush_all(&members),
+        Sink::List => {
+            let pushed = released.len();
+            let earliest_ms = earliest(pushed, &mut released.iter().map(|r| r.fire_at_ms));
+            let members =
+                Members::from_names(ctx, released.into_iter().map(|r| r.member.into_name()));
+            pending.key.lpush_all(&members);
+            Ok((pushed, earliest_ms))
+        }
     }
-    Ok(members.len())
 }
 
 /// The batches of one move: at most `limit` members, in batches of

@@ -143,51 +143,70 @@ fn now_ms() -> i64 {
 
 /// What a limit lets leave a schedule now, and the instant it was read, at
 /// which the release is then booked.
-pub struct Allowance {
+pub struct Allowance<'a> {
     pub count: u64,
     at_ms: i64,
     /// The limit's state differs from its key's before any release.
     unsaved: bool,
+    /// The state key, open from the reading to the booking: a release reads
+    /// and writes it through one open, not two.
+    state: Option<Key<'a>>,
 }
 
 /// How many members may leave `schedule` now: `None` when it is neither
 /// limited nor held. Reads the limit's saved state; `WRONGTYPE` when its
-/// key is not a string (before anything is written).
-pub fn allowance(ctx: &Context, schedule: &Arg) -> Result<Option<Allowance>, RedisError> {
+/// key is not a string (before anything is written). `pending`: where the
+/// release goes, which the state key is kept open only when it is not
+/// (then the release's own writes could change its type under it).
+pub fn allowance<'a>(
+    ctx: &'a Context,
+    schedule: &Arg,
+    pending: &Arg,
+) -> Result<Option<Allowance<'a>>, RedisError> {
     let at_ms = now_ms();
     let limited = match ACTIVE.load(Relaxed) {
-        true => limit_available(ctx, schedule.as_slice(), at_ms)?,
+        true => limit_available(ctx, schedule.as_slice(), pending, at_ms)?,
         false => None,
     };
     let held = held_until(ctx, schedule.as_slice()).is_some();
-    let unsaved = limited.is_some_and(|(_, unsaved)| unsaved);
-    let count = match (held, limited) {
-        (true, _) => 0,
-        (false, Some((count, _))) => count,
+    let (count, unsaved, state) = match (held, limited) {
+        (true, limited) => match limited {
+            Some((_, unsaved, state)) => (0, unsaved, state),
+            None => (0, false, None),
+        },
+        (false, Some((count, unsaved, state))) => (count, unsaved, state),
         (false, None) => return Ok(None),
     };
     Ok(Some(Allowance {
         count,
         at_ms,
         unsaved,
+        state,
     }))
 }
 
 /// What the limit alone lets leave `schedule` at `now_ms`, its saved state
-/// read, and whether that state was changed in the reading (`None`: not
-/// listed).
-fn limit_available(
-    ctx: &Context,
+/// read, whether that state was changed in the reading, and the state key
+/// kept open for the booking unless it is `pending` (`None`: not listed).
+fn limit_available<'a>(
+    ctx: &'a Context,
     schedule: &[u8],
+    pending: &Arg,
     now_ms: i64,
-) -> Result<Option<(u64, bool)>, RedisError> {
+) -> Result<Option<(u64, bool, Option<Key<'a>>)>, RedisError> {
     let db = context::selected_db(ctx);
     let mut state = state();
     let Some(limit) = state.limits.get_mut(schedule, db, now_ms) else {
         return Ok(None);
     };
-    let unsaved = restore(ctx, schedule, limit, now_ms)?;
-    Ok(Some((limit.available(now_ms), unsaved)))
+    let name = beside(ctx, schedule, LIMIT_SUFFIX);
+    let Some(name) = name.filter(|name| name.as_slice() != pending.as_slice()) else {
+        let unsaved = restore(ctx, schedule, limit, now_ms)?;
+        return Ok(Some((limit.available(now_ms), unsaved, None)));
+    };
+    let key = Key::open_write_owned(ctx, OwnedName::new(ctx, &name));
+    let unsaved = limit.restore(saved_in(&key)?, now_ms);
+    Ok(Some((limit.available(now_ms), unsaved, Some(key))))
 }
 
 /// Whether the limit of `schedule` (in database `db`) may let anything
@@ -237,8 +256,10 @@ pub fn released(ctx: &Context, schedule: &[u8], allowance: &Allowance, count: u6
     let changed = allowance.unsaved || limit.saved() != before;
     let change = changed.then(|| limit.persist(allowance.at_ms));
     drop(state);
-    if let Some(change) = change {
-        save(ctx, schedule, change);
+    match (change, &allowance.state) {
+        (Some(change), Some(key)) => save_to(key, change),
+        (Some(change), None) => save(ctx, schedule, change),
+        (None, _) => {}
     }
 }
 
@@ -291,12 +312,17 @@ fn restore(
     };
     let name = OwnedName::new(ctx, &name);
     let key = Key::open_read(ctx, name.arg());
-    let saved = match key.kind() {
-        Kind::Missing => None,
-        Kind::String => key.string_bytes().and_then(|bytes| Saved::decode(&bytes)),
-        _ => return Err(RedisError::WrongType),
-    };
-    Ok(limit.restore(saved, now_ms))
+    Ok(limit.restore(saved_in(&key)?, now_ms))
+}
+
+/// The saved state a limit's state key holds (`None`: none, or not one
+/// `encode` wrote); `WRONGTYPE` when it is not a string.
+fn saved_in(key: &Key) -> Result<Option<Saved>, RedisError> {
+    match key.kind() {
+        Kind::Missing => Ok(None),
+        Kind::String => Ok(key.string_bytes().and_then(|bytes| Saved::decode(&bytes))),
+        _ => Err(RedisError::WrongType),
+    }
 }
 
 /// Writes a change of `schedule`'s limit state (a key of another type is
@@ -306,7 +332,11 @@ fn save(ctx: &Context, schedule: &[u8], change: Persist) {
         return;
     };
     let name = OwnedName::new(ctx, &name);
-    let key = Key::open_write(ctx, name.arg());
+    save_to(&Key::open_write(ctx, name.arg()), change);
+}
+
+/// Writes a change of a limit's state to its open key.
+fn save_to(key: &Key, change: Persist) {
     match (change, key.kind()) {
         (Persist::Forget, Kind::String) => {
             key.delete();

@@ -101,6 +101,8 @@
 //! groups are all empty leaves no key but TATs until they expire (and an
 //! override, which is configuration, not state).
 
+use std::rc::Rc;
+
 use crate::rules::limiter::{canonical, Gcra, LimitKind, Rate, MAX_BURST, MAX_RATE};
 
 /// The longest group name, in bytes.
@@ -110,14 +112,16 @@ pub const MAX_GROUPS_COUNT: u64 = 1000;
 pub const DEFAULT_GROUPS_COUNT: u64 = 10;
 
 /// A group of a schedule's members: a name of 1..=1024 bytes, or the
-/// ungrouped members (the empty name, sorting first in the ring).
+/// ungrouped members (the empty name, sorting first in the ring). Shared,
+/// not copied, when cloned: a release names a member's group with each
+/// member it takes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Group(Vec<u8>);
+pub struct Group(Rc<[u8]>);
 
 impl Group {
     /// The schedule's ungrouped members.
     pub fn ungrouped() -> Group {
-        Group(Vec::new())
+        Group(Rc::from(&[][..]))
     }
 
     /// A named group: `None` for a name that is empty or longer than
@@ -125,12 +129,12 @@ impl Group {
     pub fn named(name: &[u8]) -> Option<Group> {
         (1..=MAX_GROUP_BYTES)
             .contains(&name.len())
-            .then(|| Group(name.to_vec()))
+            .then(|| Group(Rc::from(name)))
     }
 
     /// The group as a store holds it: its name, empty for the ungrouped.
     pub fn from_stored(bytes: Vec<u8>) -> Option<Group> {
-        (bytes.len() <= MAX_GROUP_BYTES).then_some(Group(bytes))
+        (bytes.len() <= MAX_GROUP_BYTES).then(|| Group(Rc::from(bytes)))
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -242,11 +246,11 @@ pub struct TatUpdate {
 
 /// What `GroupStore::pop_due` found at the head of a group.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Pop {
+pub enum Pop<M = Vec<u8>> {
     /// The earliest member was due and is removed; `next_fire_at_ms` is the
     /// group's new earliest fire time (`None`: the group is now empty).
     Due {
-        member: Vec<u8>,
+        member: M,
         fire_at_ms: i64,
         next_fire_at_ms: Option<i64>,
     },
@@ -260,6 +264,10 @@ pub enum Pop {
 /// method is O(log G) (or O(log n) in one group) on sorted sets; none may
 /// scan the groups.
 pub trait GroupStore {
+    /// A member as the store hands it out: its bytes, or whatever the store
+    /// holds them in (the server's own strings, not copied).
+    type Member;
+
     /// Moves the group of the time index with the lowest score (the first
     /// ms it may release) into the ring, if that score is `<= now_ms`, and
     /// returns it; `None` when no indexed group is due (nothing changes).
@@ -276,7 +284,52 @@ pub trait GroupStore {
 
     /// Removes and returns the group's earliest member (score, then member
     /// bytes) if it is due at `now_ms`.
-    fn pop_due(&mut self, group: &Group, now_ms: i64) -> Pop;
+    fn pop_due(&mut self, group: &Group, now_ms: i64) -> Pop<Self::Member>;
+
+    /// Pops up to `max` (at least one) of the group's due members in a row,
+    /// exactly as that many `pop_due` calls would while each left the next
+    /// due, appending them to `out`: what the last pop told (`Pop::Due`
+    /// without its member, which is in `out`). A store may do the run in
+    /// one go: the release asks for one when only one group is left.
+    fn pop_due_run(
+        &mut self,
+        group: &Group,
+        now_ms: i64,
+        max: u64,
+        out: &mut Vec<Released<Self::Member>>,
+    ) -> Pop<()> {
+        let mut last = Pop::Empty;
+        for _ in 0..max.max(1) {
+            match self.pop_due(group, now_ms) {
+                Pop::Due {
+                    member,
+                    fire_at_ms,
+                    next_fire_at_ms,
+                } => {
+                    out.push(Released {
+                        group: group.clone(),
+                        member,
+                        fire_at_ms,
+                    });
+                    last = Pop::Due {
+                        member: (),
+                        fire_at_ms,
+                        next_fire_at_ms,
+                    };
+                    if next_fire_at_ms.is_none_or(|next| next > now_ms) {
+                        break;
+                    }
+                }
+                // After a due member only a store changed under the run
+                // ends it so; the first pop's answer is the run's.
+                Pop::NotDue { fire_at_ms } if matches!(last, Pop::Empty) => {
+                    return Pop::NotDue { fire_at_ms };
+                }
+                Pop::NotDue { .. } | Pop::Empty => break,
+            }
+        }
+        last
+    }
 
     /// Takes `group` out of the ring: into the time index at `at_ms` (its
     /// next fire time, or when its limit has room again), or nowhere when
@@ -293,9 +346,9 @@ pub trait GroupStore {
 
 /// A member released, in release order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Released {
+pub struct Released<M = Vec<u8>> {
     pub group: Group,
-    pub member: Vec<u8>,
+    pub member: M,
     pub fire_at_ms: i64,
 }
 
@@ -314,10 +367,10 @@ pub struct LeftBehind {
 
 /// The outcome of one release; the store already reflects the removals and
 /// the ring and index moves, the caller writes the rest.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Release {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release<M = Vec<u8>> {
     /// The members to push to `pending`, in this order.
-    pub released: Vec<Released>,
+    pub released: Vec<Released<M>>,
     /// The cursor to persist for the next release (`None`: the ring is
     /// empty, delete it).
     pub cursor: Option<Group>,
@@ -333,6 +386,23 @@ pub struct Release {
     pub limited: Vec<Group>,
     pub left: LeftBehind,
 }
+
+impl<M> Default for Release<M> {
+    fn default() -> Release<M> {
+        Release {
+            released: Vec::new(),
+            cursor: None,
+            tats: Vec::new(),
+            visits: 0,
+            admitted: 0,
+            limited: Vec::new(),
+            left: LeftBehind::default(),
+        }
+    }
+}
+
+/// The most members a release makes room for before it takes the first.
+const MAX_RESERVE: usize = 1024;
 
 /// A group visited in this release, with what its limit still allows.
 struct Visit {
@@ -365,13 +435,13 @@ impl Visit {
 }
 
 /// The walk of one release: what it has done and what it may still do.
-struct Walk<'a, S> {
+struct Walk<'a, S: GroupStore> {
     store: &'a mut S,
     now_ms: i64,
     want: u64,
     max_steps: usize,
     steps: usize,
-    out: Release,
+    out: Release<S::Member>,
     visited: Vec<Visit>,
     /// Indices into `visited` of the groups that may give another member.
     active: Vec<usize>,
@@ -449,6 +519,13 @@ impl<S: GroupStore> Walk<'_, S> {
     /// out of the ring when it has no due member left, and keeps it active
     /// when it may give another.
     fn visit(&mut self, index: usize) {
+        self.visit_run(index, 1);
+    }
+
+    /// Visits the group `index` up to `max` times in a row, as many calls of
+    /// `visit` would when it is the only group left (each member a visit
+    /// and a step), with one store call for the run.
+    fn visit_run(&mut self, index: usize, max: u64) {
         self.steps = self.steps.saturating_add(1);
         self.out.visits = self.out.visits.saturating_add(1);
         let Some(visit) = self.visited.get_mut(index) else {
@@ -462,19 +539,28 @@ impl<S: GroupStore> Walk<'_, S> {
             self.out.left.by_group_limit = true;
             return;
         }
-        let still_due = match self.store.pop_due(&visit.group, self.now_ms) {
+        if self.out.released.capacity() == 0 {
+            // Room for the whole release (or a typical large one) at once,
+            // not grown member by member.
+            let want = usize::try_from(self.want).unwrap_or(usize::MAX);
+            self.out.released.reserve(want.min(MAX_RESERVE));
+        }
+        let before = self.out.released.len();
+        let max = max.min(visit.room).max(1);
+        let pop = self
+            .store
+            .pop_due_run(&visit.group, self.now_ms, max, &mut self.out.released);
+        let taken = u64::try_from(self.out.released.len().saturating_sub(before)).unwrap_or(0);
+        // The members after the first were visits of their own.
+        let more = usize::try_from(taken.saturating_sub(1)).unwrap_or(usize::MAX);
+        self.steps = self.steps.saturating_add(more);
+        self.out.visits = self.out.visits.saturating_add(more);
+        let still_due = match pop {
             Pop::Due {
-                member,
-                fire_at_ms,
-                next_fire_at_ms,
+                next_fire_at_ms, ..
             } => {
-                visit.room = visit.room.saturating_sub(1);
-                visit.taken = visit.taken.saturating_add(1);
-                self.out.released.push(Released {
-                    group: visit.group.clone(),
-                    member,
-                    fire_at_ms,
-                });
+                visit.room = visit.room.saturating_sub(taken);
+                visit.taken = visit.taken.saturating_add(taken);
                 match next_fire_at_ms {
                     Some(next) if next <= self.now_ms => true,
                     next => {
@@ -551,20 +637,33 @@ impl<S: GroupStore> Walk<'_, S> {
                 .map(|v| (cursor.is_some_and(|c| v.group <= *c), v.group.clone()))
         };
         self.active.sort_by_cached_key(ring_order);
+        // Two lists swapped each round, not a new one a round: with one
+        // group left a round is one member.
+        let mut round = Vec::with_capacity(self.active.len());
         while !self.active.is_empty() {
-            let round = std::mem::take(&mut self.active);
+            round.clear();
+            std::mem::swap(&mut round, &mut self.active);
             for (i, &index) in round.iter().enumerate() {
                 if !self.may_go_on() {
                     // Not visited this round: still active for the record.
                     self.active.extend(round.get(i..).unwrap_or_default());
                     return;
                 }
-                self.visit(index);
+                if round.len() == 1 {
+                    // The only group left: its next rounds are a run, up to
+                    // where `want` or the budget would stop it.
+                    let left = self.want.saturating_sub(self.released());
+                    let steps = self.max_steps.saturating_sub(self.steps);
+                    let max = left.min(u64::try_from(steps).unwrap_or(u64::MAX));
+                    self.visit_run(index, max);
+                } else {
+                    self.visit(index);
+                }
             }
         }
     }
 
-    fn finish(mut self) -> Release {
+    fn finish(mut self) -> Release<S::Member> {
         // A stop left due members behind when a group could have given one
         // more: an active group, a ring group not yet visited, or a due
         // group not yet admitted (limited groups are counted apart).
@@ -613,7 +712,7 @@ pub fn release<S: GroupStore>(
     want: u64,
     cursor: Option<&Group>,
     max_steps: usize,
-) -> Release {
+) -> Release<S::Member> {
     let mut walk = Walk {
         store,
         now_ms,
@@ -781,6 +880,8 @@ mod tests {
     }
 
     impl GroupStore for MemoryStore {
+        type Member = Vec<u8>;
+
         fn admit_due(&mut self, now_ms: i64) -> Option<Group> {
             self.calls += 1;
             let (at_ms, _) = self.index.first()?;

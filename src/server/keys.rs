@@ -10,7 +10,9 @@
 //! own, whose clock and random draw differ on a replica and an AOF reload).
 //! A handler cannot forget a leg, and none is sent when nothing changed.
 
+use std::collections::VecDeque;
 use std::ffi::CStr;
+use std::marker::PhantomData;
 use std::os::raw::{c_int, c_longlong};
 use std::ptr;
 
@@ -126,7 +128,10 @@ impl Drop for OwnedName {
 /// An open key and its name, closed when dropped.
 pub struct Key<'a> {
     ctx: &'a Context,
-    name: &'a Arg,
+    /// The name: borrowed for `'a`, or `owned`'s.
+    name: *mut RedisModuleString,
+    owned: Option<OwnedName>,
+    borrowed: PhantomData<&'a Arg>,
     ptr: *mut RedisModuleKey,
 }
 
@@ -143,10 +148,32 @@ impl<'a> Key<'a> {
         Key::open(ctx, name, raw::REDISMODULE_READ)
     }
 
+    /// Opens the key a name the module made names, for reading and writing,
+    /// keeping the name as long as the key: a key opened once and used for a
+    /// whole release (a group's members) need not outlive a borrowed name.
+    pub fn open_write_owned(ctx: &'a Context, name: OwnedName) -> Key<'a> {
+        let mode = raw::REDISMODULE_READ | raw::REDISMODULE_WRITE;
+        // SAFETY: ctx and name are live for this call; OpenKey copies what it keeps.
+        let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.ptr, mode as c_int) };
+        Key {
+            ctx,
+            name: name.ptr,
+            owned: Some(name),
+            borrowed: PhantomData,
+            ptr,
+        }
+    }
+
     fn open(ctx: &'a Context, name: &'a Arg, mode: u32) -> Key<'a> {
         // SAFETY: ctx and name are live for this call; OpenKey copies what it keeps.
         let ptr = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode as c_int) };
-        Key { ctx, name, ptr }
+        Key {
+            ctx,
+            name: name.0,
+            owned: None,
+            borrowed: PhantomData,
+            ptr,
+        }
     }
 
     pub fn kind(&self) -> Kind {
@@ -194,8 +221,32 @@ impl<'a> Key<'a> {
         if self.kind() != Kind::SortedSet {
             return members;
         }
+        // Room for a typical batch; a larger one grows as it is found, so a
+        // huge LIMIT on a huge set with little due allocates little.
+        members
+            .ptrs
+            .reserve(usize::try_from(limit.min(self.zcard()).min(1024)).unwrap_or(0));
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        self.zset_range(max_score, limit, |member, score| {
+            members.earliest_score.get_or_insert(score);
+            members.ptrs.push(member);
+        });
+        members
+    }
+
+    /// Hands `each` the members with score `<= max_score`, lowest first
+    /// (ties in the set's own order), at most `limit` of them, each a new
+    /// string the caller then owns, with its score. The caller has checked
+    /// that the key is a sorted set.
+    fn zset_range(
+        &self,
+        max_score: f64,
+        limit: usize,
+        mut each: impl FnMut(*mut RedisModuleString, f64),
+    ) {
+        let mut taken = 0;
         // SAFETY: a live handle of a sorted set. The range iterator is stopped
-        // before returning, and members are copied (owned strings), so the
+        // before returning, and each member handed out is a new string, so the
         // set may be changed afterwards.
         unsafe {
             let first = api!(RedisModule_ZsetFirstInScoreRange)(
@@ -206,31 +257,22 @@ impl<'a> Key<'a> {
                 0,
             );
             if first != raw::REDISMODULE_OK as c_int {
-                return members;
+                return;
             }
-            // Room for a typical batch; a larger one grows as it is found, so a
-            // huge LIMIT on a huge set with little due allocates little.
-            let len = api!(RedisModule_ValueLength)(self.ptr) as u64;
-            members
-                .ptrs
-                .reserve(usize::try_from(limit.min(len).min(1024)).unwrap_or(0));
-            while (members.ptrs.len() as u64) < limit
-                && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0
-            {
+            while taken < limit && api!(RedisModule_ZsetRangeEndReached)(self.ptr) == 0 {
                 let mut score = 0.0f64;
                 let member = api!(RedisModule_ZsetRangeCurrentElement)(self.ptr, &mut score);
                 if member.is_null() {
                     break;
                 }
-                members.earliest_score.get_or_insert(score);
-                members.ptrs.push(member);
+                each(member, score);
+                taken += 1;
                 if api!(RedisModule_ZsetRangeNext)(self.ptr) == 0 {
                     break;
                 }
             }
             api!(RedisModule_ZsetRangeStop)(self.ptr);
         }
-        members
     }
 
     /// How many members a sorted set has (0 when the key is missing or of
@@ -268,6 +310,71 @@ impl<'a> Key<'a> {
             api!(RedisModule_ZsetRangeStop)(self.ptr);
             first
         }
+    }
+
+    /// Appends to `out` the first `limit` members (any score, lowest first,
+    /// ties in the set's own order) with their scores, as owned strings
+    /// (not copied out): one search, then one step per member. Whether the
+    /// set may hold more than it gave.
+    pub fn zset_head(&self, limit: usize, out: &mut VecDeque<(OwnedName, f64)>) -> bool {
+        if limit == 0 || self.kind() != Kind::SortedSet {
+            return false;
+        }
+        out.reserve(limit.min(self.zcard_usize()));
+        let mut taken = 0;
+        self.zset_each(f64::INFINITY, limit, |name, score| {
+            out.push_back((name, score));
+            taken += 1;
+        });
+        taken == limit
+    }
+
+    fn zcard_usize(&self) -> usize {
+        usize::try_from(self.zcard()).unwrap_or(usize::MAX)
+    }
+
+    /// Calls `each` with the members with score `<= max_score`, lowest
+    /// first (ties in the set's own order), at most `limit` of them, each as
+    /// an owned string (not copied out) with its score.
+    pub fn zset_each(&self, max_score: f64, limit: usize, mut each: impl FnMut(OwnedName, f64)) {
+        if limit == 0 || self.kind() != Kind::SortedSet {
+            return;
+        }
+        let ctx = self.ctx.ctx;
+        self.zset_range(max_score, limit, |ptr, score| {
+            each(OwnedName { ctx, ptr }, score)
+        });
+    }
+
+    /// Removes each member from the set now, leaving the signal, events and
+    /// replication to one `removed` call for all the members taken so: how
+    /// many were there.
+    pub fn zrem_deferred_each<'m>(&self, members: impl Iterator<Item = &'m Arg>) -> usize {
+        if self.kind() != Kind::SortedSet {
+            return 0;
+        }
+        let mut removed = 0;
+        for member in members {
+            let mut deleted: c_int = 0;
+            // SAFETY: a live write handle of a sorted set (removing its last
+            // member deletes the key: ZsetRem then finds no set, and fails
+            // with nothing done).
+            unsafe { api!(RedisModule_ZsetRem)(self.ptr, member.0, &mut deleted) };
+            removed += usize::from(deleted != 0);
+        }
+        removed
+    }
+
+    /// The effects of `ZREM key m1..mk` for members `zrem_deferred_each`
+    /// took out: the signal, the events (`del` when the set emptied) and
+    /// the replication, once.
+    pub fn removed<'m>(&self, members: impl Iterator<Item = &'m Arg>) {
+        let strings: Vec<*mut RedisModuleString> = members.map(|m| m.0).collect();
+        if strings.is_empty() {
+            return;
+        }
+        self.zrem_events();
+        self.replicate_strings(c"ZREM", &strings);
     }
 
     /// The first member after `after` in lexicographic order (the first of
@@ -317,7 +424,12 @@ impl<'a> Key<'a> {
 
     /// The key's name.
     pub fn name(&self) -> &Arg {
-        self.name
+        match &self.owned {
+            Some(owned) => owned.arg(),
+            // SAFETY: Arg is a transparent wrapper of the same pointer type,
+            // and the borrowed name lives for 'a, longer than self.
+            None => unsafe { &*ptr::from_ref(&self.name).cast::<Arg>() },
+        }
     }
 
     /// `ZADD key [cond] score_ms member`: adds `member`, or replaces its
@@ -364,7 +476,7 @@ impl<'a> Key<'a> {
                     self.ctx.ctx,
                     c"ZADD".as_ptr(),
                     c"sls".as_ptr(),
-                    self.name.0,
+                    self.name,
                     score_ms as c_longlong,
                     member.0,
                 )
@@ -393,7 +505,7 @@ impl<'a> Key<'a> {
                 self.ctx.ctx,
                 c"ZREM".as_ptr(),
                 c"ss".as_ptr(),
-                self.name.0,
+                self.name,
                 member.0,
             )
         };
@@ -546,7 +658,7 @@ impl<'a> Key<'a> {
                     self.ctx.ctx,
                     c"XADD".as_ptr(),
                     c"sbss".as_ptr(),
-                    self.name.0,
+                    self.name,
                     text.as_ptr(),
                     text.len(),
                     field,
@@ -612,7 +724,7 @@ impl<'a> Key<'a> {
                 self.ctx.ctx,
                 c"SET".as_ptr(),
                 c"sb".as_ptr(),
-                self.name.0,
+                self.name,
                 text.as_ptr(),
                 text.len(),
             )
@@ -644,7 +756,7 @@ impl<'a> Key<'a> {
                 self.ctx.ctx,
                 c"SET".as_ptr(),
                 c"sbcl".as_ptr(),
-                self.name.0,
+                self.name,
                 text.as_ptr(),
                 text.len(),
                 c"PXAT".as_ptr(),
@@ -665,7 +777,7 @@ impl<'a> Key<'a> {
         self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
         // SAFETY: "s" names the one string argument passed.
         unsafe {
-            api!(RedisModule_Replicate)(self.ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name.0)
+            api!(RedisModule_Replicate)(self.ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name)
         };
         true
     }
@@ -674,14 +786,14 @@ impl<'a> Key<'a> {
     /// caching invalidates. Once per written key, as native commands do.
     fn signal(&self) {
         // SAFETY: live context and key name.
-        unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name.0) };
+        unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name) };
     }
 
     /// The keyspace notification a native command sends, e.g. `zadd`.
     fn notify(&self, class: c_int, event: &CStr) {
         // SAFETY: live context and key name; the event string is static.
         unsafe {
-            api!(RedisModule_NotifyKeyspaceEvent)(self.ctx.ctx, class, event.as_ptr(), self.name.0)
+            api!(RedisModule_NotifyKeyspaceEvent)(self.ctx.ctx, class, event.as_ptr(), self.name)
         };
     }
 
@@ -695,7 +807,7 @@ impl<'a> Key<'a> {
                 self.ctx.ctx,
                 command.as_ptr(),
                 c"sv".as_ptr(),
-                self.name.0,
+                self.name,
                 strings.as_ptr(),
                 strings.len(),
             )
@@ -839,16 +951,14 @@ unsafe fn take_string(ctx: *mut RedisModuleCtx, string: *mut RedisModuleString) 
 }
 
 impl Members {
-    /// Members the module names itself (released from groups), in order.
-    pub fn from_bytes<'b>(ctx: &Context, members: impl Iterator<Item = &'b [u8]>) -> Members {
+    /// Members the module holds as owned strings (released from groups),
+    /// in order, taken over without a copy.
+    pub fn from_names(ctx: &Context, names: impl Iterator<Item = OwnedName>) -> Members {
         let mut made = Members::new(ctx.ctx);
-        for bytes in members {
-            // SAFETY: CreateString copies the bytes; Drop frees the string.
-            let string = unsafe {
-                api!(RedisModule_CreateString)(ctx.ctx, bytes.as_ptr().cast(), bytes.len())
-            };
-            made.ptrs.push(string);
-        }
+        made.ptrs.extend(names.map(|name| {
+            let name = std::mem::ManuallyDrop::new(name);
+            name.ptr
+        }));
         made
     }
 }

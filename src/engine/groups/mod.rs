@@ -36,7 +36,7 @@
 //! The ungrouped members are never in the index: the store reads `S`'s
 //! earliest member instead, so a write without `GROUP` costs what it did.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redis_module::{Context, RedisError, RedisValue};
@@ -56,6 +56,7 @@ mod store;
 
 pub use listing::page;
 pub use settings::{hold, set_limit};
+pub use store::Taken;
 use store::{held_until, limit_of, stored_tat, KeyStore, StoreNames};
 
 const MEMBERS_INFIX: &[u8] = b":echomq-g:";
@@ -265,8 +266,15 @@ impl GroupKeys<'_> {
 /// A sorted-set score as whole ms (rounded down, clamped): scores written by
 /// echomq are integers; one written by hand may not be.
 fn score_ms(score: f64) -> i64 {
-    // `as` saturates; a sorted set never holds NaN.
-    score.floor() as i64
+    // `as` truncates toward zero and saturates (a sorted set never holds
+    // NaN); one less when that dropped a fraction below zero: the floor,
+    // without the libm call `floor` is on this target, once per member.
+    let truncated = score as i64;
+    if (truncated as f64) > score {
+        truncated.saturating_sub(1)
+    } else {
+        truncated
+    }
 }
 
 /// Whether `schedule`'s releases are grouped: it has a hash tag and groups
@@ -285,9 +293,10 @@ pub fn grouped(ctx: &Context, schedule: &[u8]) -> Result<bool, RedisError> {
     }
 }
 
-/// What a grouped release did, for the mover.
+/// What a grouped release did, for the mover: the members as the server's
+/// strings, already out of their groups.
 pub struct Outcome {
-    pub release: Release,
+    pub release: Release<Taken>,
 }
 
 /// One fair release of at most `want` members of the grouped `schedule`
@@ -309,6 +318,7 @@ pub fn release(
     let mut store = KeyStore::open(ctx, schedule, &names, ungrouped)?;
     let cursor = cursor_key.string_bytes().and_then(Group::from_stored);
     let release = fairness::release(&mut store, now_ms, want, cursor.as_ref(), max_steps);
+    store.publish(&release.released);
     forget_if_empty(&store.index, &store.ring, names.marker.arg());
     if release.visits > 0 {
         match &release.cursor {
@@ -351,4 +361,32 @@ pub fn put_back(
         keys.reindex()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::score_ms;
+
+    #[test]
+    fn a_score_in_ms_is_its_floor() {
+        for score in [
+            0.0,
+            -0.0,
+            5.0,
+            5.7,
+            -5.7,
+            -5.0,
+            -0.5,
+            1_800_000_000_000.25,
+            -1_800_000_000_000.25,
+            9.2e18,
+            9_223_372_036_854_775_807.0,
+            1e19,
+            -1e19,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
+            assert_eq!(score_ms(score), score.floor() as i64, "{score}");
+        }
+    }
 }

@@ -27,6 +27,60 @@ impl StoreNames {
     }
 }
 
+/// How many members the first read of a group's head takes (the one to pop
+/// and the next, whose fire time tells whether the group stays due), and the
+/// most any later read takes: each read takes twice the last, so a group
+/// giving k members in a release costs O(log k) searches, not k, and at
+/// most about k members are read and not taken.
+const FIRST_READ: usize = 2;
+const MAX_READ: usize = 1024;
+
+/// A group's members as one release pops them: removed from the set one by
+/// one as they are popped (so every read of the set sees the pops), their
+/// effects sent once for the group when the release ends
+/// (`KeyStore::publish`).
+pub(super) struct Head<'a> {
+    /// The group's members key (`None`: the ungrouped members, in `S`).
+    key: Option<Key<'a>>,
+    ahead: Ahead,
+}
+
+/// A group's first members, read and not yet popped, in the set's order.
+struct Ahead {
+    members: VecDeque<(OwnedName, f64)>,
+    /// The set may hold members after `members`.
+    more: bool,
+    next_read: usize,
+}
+
+impl Ahead {
+    /// The set's first member not yet popped, reading ahead when needed.
+    fn front(&mut self, members: &Key) -> Option<f64> {
+        if self.members.is_empty() && self.more {
+            self.more = members.zset_head(self.next_read, &mut self.members);
+            self.next_read = self.next_read.saturating_mul(2).min(MAX_READ);
+        }
+        self.members.front().map(|(_, score)| *score)
+    }
+}
+
+/// A member a release took out of its group: its name, and the head it
+/// came from (whose key sends its removal).
+pub struct Taken {
+    head: usize,
+    name: OwnedName,
+}
+
+impl Taken {
+    pub fn into_name(self) -> OwnedName {
+        self.name
+    }
+
+    pub fn name(&self) -> &Arg {
+        self.name.arg()
+    }
+}
+
 /// The fair release's store over the keys of one grouped schedule.
 pub(super) struct KeyStore<'a> {
     pub(super) ctx: &'a Context,
@@ -37,9 +91,11 @@ pub(super) struct KeyStore<'a> {
     pub(super) ring: Key<'a>,
     pub(super) names: Key<'a>,
     pub(super) limit: Option<GroupLimit>,
-    /// The named groups found not held in this release (a hold cannot
-    /// start within one): their hold key is read once.
-    pub(super) not_held: BTreeSet<Group>,
+    /// The groups popped from in this release, each found not held (a hold
+    /// cannot start within one, so its key is read once): their members
+    /// key opened once, and members read ahead of the pops.
+    heads: Vec<Head<'a>>,
+    head_of: HashMap<Group, usize>,
     /// The ungrouped members are in no index: their group may be admitted
     /// once `S`'s earliest member is due and not before this (its limit's
     /// room, or a wait set in this release).
@@ -68,7 +124,8 @@ impl<'a> KeyStore<'a> {
             ring,
             names: directory,
             limit: default_limit(schedule),
-            not_held: BTreeSet::new(),
+            heads: Vec::new(),
+            head_of: HashMap::new(),
             ungrouped_not_before_ms: i64::MIN,
         };
         if let Some(limit) = store.limit {
@@ -82,6 +139,72 @@ impl<'a> KeyStore<'a> {
         Ok(store)
     }
 
+    /// Sends the effects of the members a release took out of their groups:
+    /// one `ZREM` a group, as `ZREM key m1..mk`.
+    pub(super) fn publish<'s>(&'s self, released: &[fairness::Released<Taken>]) {
+        let key_of =
+            |head: &'s Head<'a>| -> &'s Key<'a> { head.key.as_ref().unwrap_or(self.ungrouped) };
+        if let [head] = self.heads.as_slice() {
+            // One group popped from (often the only one due): no sorting.
+            key_of(head).removed(released.iter().map(|r| r.member.name()));
+            return;
+        }
+        let mut by_head: Vec<Vec<&Arg>> = Vec::new();
+        by_head.resize_with(self.heads.len(), Vec::new);
+        for r in released {
+            if let Some(members) = by_head.get_mut(r.member.head) {
+                members.push(r.member.name());
+            }
+        }
+        for (head, members) in self.heads.iter().zip(by_head) {
+            key_of(head).removed(members.into_iter());
+        }
+    }
+
+    /// The head of `group` in this release, opened at its first pop: what
+    /// that pop tells instead when the group is held, or its key is not a
+    /// sorted set.
+    fn head_at(&mut self, group: &Group, now_ms: i64) -> Result<usize, Pop<()>> {
+        if let Some(&at) = self.head_of.get(group) {
+            return Ok(at);
+        }
+        let key = match group.is_ungrouped() {
+            true => None,
+            false => {
+                // A held group has nothing due until its hold ends: the
+                // release then puts it in the time index at that ms, out of
+                // the rotation.
+                if let Some(until_ms) =
+                    held_until(self.ctx, self.schedule, group.as_bytes(), now_ms)
+                {
+                    return Err(Pop::NotDue {
+                        fire_at_ms: until_ms,
+                    });
+                }
+                let name = OwnedName::new(
+                    self.ctx,
+                    &derived(self.schedule, MEMBERS_INFIX, group.as_bytes()),
+                );
+                let key = Key::open_write_owned(self.ctx, name);
+                if key.kind() != Kind::SortedSet {
+                    return Err(Pop::Empty);
+                }
+                Some(key)
+            }
+        };
+        self.heads.push(Head {
+            key,
+            ahead: Ahead {
+                members: VecDeque::new(),
+                more: true,
+                next_read: FIRST_READ,
+            },
+        });
+        let at = self.heads.len() - 1;
+        self.head_of.insert(group.clone(), at);
+        Ok(at)
+    }
+
     /// When the ungrouped group may enter the ring, if it is not there.
     fn ungrouped_ready_ms(&self) -> Option<i64> {
         if self.ring.zscore(self.ungrouped_name).is_some() {
@@ -93,6 +216,8 @@ impl<'a> KeyStore<'a> {
 }
 
 impl GroupStore for KeyStore<'_> {
+    type Member = Taken;
+
     fn admit_due(&mut self, now_ms: i64) -> Option<Group> {
         let indexed = self
             .index
@@ -137,45 +262,98 @@ impl GroupStore for KeyStore<'_> {
         Group::from_stored(name)
     }
 
-    fn pop_due(&mut self, group: &Group, now_ms: i64) -> Pop {
-        // A held group has nothing due until its hold ends: the release then
-        // puts it in the time index at that ms, out of the rotation.
-        if !group.is_ungrouped() && !self.not_held.contains(group) {
-            if let Some(until_ms) = held_until(self.ctx, self.schedule, group.as_bytes(), now_ms) {
-                return Pop::NotDue {
-                    fire_at_ms: until_ms,
-                };
-            }
-            self.not_held.insert(group.clone());
+    fn pop_due(&mut self, group: &Group, now_ms: i64) -> Pop<Taken> {
+        let mut out = Vec::with_capacity(1);
+        match self.pop_due_run(group, now_ms, 1, &mut out) {
+            Pop::Due {
+                fire_at_ms,
+                next_fire_at_ms,
+                ..
+            } => match out.pop() {
+                Some(released) => Pop::Due {
+                    member: released.member,
+                    fire_at_ms,
+                    next_fire_at_ms,
+                },
+                None => Pop::Empty,
+            },
+            Pop::NotDue { fire_at_ms } => Pop::NotDue { fire_at_ms },
+            Pop::Empty => Pop::Empty,
         }
-        let name = OwnedName::new(
-            self.ctx,
-            &derived(self.schedule, MEMBERS_INFIX, group.as_bytes()),
-        );
-        let named;
-        let members: &Key = if group.is_ungrouped() {
-            self.ungrouped
-        } else {
-            named = Key::open_write(self.ctx, name.arg());
-            if named.kind() != Kind::SortedSet {
-                return Pop::Empty;
-            }
-            &named
+    }
+
+    /// The run in one go: the group's key found once, each member removed
+    /// as it is taken, the reads ahead sized to the run.
+    fn pop_due_run(
+        &mut self,
+        group: &Group,
+        now_ms: i64,
+        max: u64,
+        out: &mut Vec<fairness::Released<Taken>>,
+    ) -> Pop<()> {
+        let at = match self.head_at(group, now_ms) {
+            Ok(at) => at,
+            Err(pop) => return pop,
         };
-        let Some((member, score)) = members.zset_first(f64::INFINITY) else {
+        let Some(head) = self.heads.get_mut(at) else {
             return Pop::Empty;
         };
-        let fire_at_ms = score_ms(score);
-        if fire_at_ms > now_ms {
-            return Pop::NotDue { fire_at_ms };
+        let members = head.key.as_ref().map_or(self.ungrouped, |key| key);
+        let ahead = &mut head.ahead;
+        let max = usize::try_from(max.max(1)).unwrap_or(usize::MAX);
+        let start = out.len();
+        let mut stopped_at: Option<i64> = None;
+        loop {
+            let left = max - (out.len() - start);
+            if left == 0 {
+                break;
+            }
+            if ahead.members.is_empty() && ahead.more && left > FIRST_READ {
+                // A long run: the rest read straight into `out`, as an
+                // ungrouped release reads its due members (one search, one
+                // step each), then removed; what follows is read afresh.
+                let from = out.len();
+                // now_ms is an integer far below 2^53: the bound is exact.
+                members.zset_each(now_ms as f64, left, |name, score| {
+                    out.push(fairness::Released {
+                        group: group.clone(),
+                        member: Taken { head: at, name },
+                        fire_at_ms: score_ms(score),
+                    });
+                });
+                let read = out.get(from..).unwrap_or_default();
+                members.zrem_deferred_each(read.iter().map(|r| r.member.name()));
+                ahead.next_read = FIRST_READ;
+                break;
+            }
+            let Some(score) = ahead.front(members) else {
+                break;
+            };
+            let fire_at_ms = score_ms(score);
+            if fire_at_ms > now_ms {
+                stopped_at = Some(fire_at_ms);
+                break;
+            }
+            let Some((name, _)) = ahead.members.pop_front() else {
+                break;
+            };
+            members.zrem_deferred_each(std::iter::once(name.arg()));
+            out.push(fairness::Released {
+                group: group.clone(),
+                member: Taken { head: at, name },
+                fire_at_ms,
+            });
         }
-        let member_name = OwnedName::new(self.ctx, &member);
-        members.zrem(member_name.arg());
-        let next_fire_at_ms = members
-            .zset_first(f64::INFINITY)
-            .map(|(_, score)| score_ms(score));
+        let next_fire_at_ms = stopped_at.or_else(|| ahead.front(members).map(score_ms));
+        let Some(last) = out.get(start..).and_then(<[_]>::last) else {
+            return match next_fire_at_ms {
+                Some(fire_at_ms) => Pop::NotDue { fire_at_ms },
+                None => Pop::Empty,
+            };
+        };
+        let fire_at_ms = last.fire_at_ms;
         Pop::Due {
-            member,
+            member: (),
             fire_at_ms,
             next_fire_at_ms,
         }
