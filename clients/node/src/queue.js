@@ -3,12 +3,12 @@ import {
   LONE_SURROGATE, Script, checkGroupLimit, checkJobGroup, makeStream, onSlot, queueKeys, timeMs, unwrapPayload,
   wrapPayload,
 } from "./keys.js";
-import { ADD_BATCH, GROUP, MAX_DELAY_MS, MAX_GROUPS_COUNT, SCRIPTS } from "./protocol.js";
+import { ADD_BATCH, GROUP, JOB_GROUP_ENVELOPE, MAX_DELAY_MS, MAX_GROUPS_COUNT, SCRIPTS } from "./protocol.js";
 
 // add() with an id given by the caller: nothing happens while a job with that id exists.
 export const ADD_WITH_ID = new Script(SCRIPTS.addWithId, 3);
 // dead -> pending, attempts reset; nothing when the id is not dead.
-const REQUEUE = new Script(SCRIPTS.requeue, 4);
+const REQUEUE = new Script(SCRIPTS.requeue, 6);
 // Dead jobs that died at or before the server's now - older_than_ms, removed for good.
 const PURGE_DEAD = new Script(SCRIPTS.purgeDead, 4);
 
@@ -312,7 +312,8 @@ export class Queue {
 
   async requeue(id) {
     const k = this.keys;
-    return (await REQUEUE.run(this.connection, [k.dead, k.attempts, k.errors, k.pending], [id])) === 1;
+    const keys = [k.dead, k.attempts, k.errors, k.pending, k.schedule, k.jobs];
+    return (await REQUEUE.run(this.connection, keys, [id, JOB_GROUP_ENVELOPE, GROUP])) === 1;
   }
 
   async remove(id) {

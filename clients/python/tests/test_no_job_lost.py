@@ -64,6 +64,46 @@ def test_requeue_into_a_refusing_pending_keeps_the_job_dead(client, qname):
     assert not client.hexists(k["attempts"], "j") and not client.hexists(k["errors"], "j")
 
 
+@pytest.mark.parametrize("client", [2], indirect=True)
+def test_a_requeue_goes_through_the_release_into_its_group(client, qname):
+    """A requeued run is released like an add's: with nothing governing the queue an ungrouped
+    job goes straight to pending; on a held queue it waits in the schedule, a grouped one in its
+    group (read from its payload's envelope), until the hold ends. A resend writes nothing."""
+    from echomq._common import wrap_payload
+
+    q = echomq.Queue(client, qname)
+    k = keys(qname)
+    group_key = k["schedule"] + ":echomq-g:shop-1"
+
+    def dead(jid, group):
+        client.hset(k["jobs"], jid, wrap_payload(b"payload", group))
+        client.zadd(k["dead"], {jid: 5})
+        client.hset(k["attempts"], jid, 3)
+        client.hset(k["errors"], jid, "boom")
+
+    dead("free", None)
+    assert q.requeue("free") is True
+    assert [f for _, f in client.xrange(k["pending"])] == [{b"job": b"free"}]
+    assert client.xinfo_groups(k["pending"])[0]["name"] == b"workers", "made as a worker makes it"
+    client.delete(k["pending"])
+
+    client.execute_command("ECHO.HOLD", k["schedule"], 600_000)
+    dead("plain", None)
+    dead("grouped", b"shop-1")
+    assert q.requeue("plain") is True and q.requeue("grouped") is True
+    assert q.requeue("grouped") is False  # the resend finds it no longer dead
+    assert client.xlen(k["pending"]) == 0, "a held queue releases nothing"
+    assert client.zrange(k["schedule"], 0, -1) == [b"plain"]
+    assert client.zrange(group_key, 0, -1) == [b"grouped"]
+    assert client.zcard(k["dead"]) == 0 and client.hlen(k["attempts"]) == 0 and client.hlen(k["errors"]) == 0
+    assert client.hget(k["jobs"], "grouped") == wrap_payload(b"payload", b"shop-1"), "the payload kept"
+
+    client.execute_command("ECHO.HOLD", k["schedule"], 0)
+    assert client.execute_command("ECHO.PROMOTE", k["schedule"], k["pending"]) == 2
+    assert sorted(f[b"job"] for _, f in client.xrange(k["pending"])) == [b"grouped", b"plain"]
+    assert client.exists(group_key) == 0
+
+
 # -- 2. a resent success -----------------------------------------------------------------------
 
 

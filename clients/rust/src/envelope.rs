@@ -11,6 +11,14 @@ use redis::RedisResult;
 use crate::protocol::{JOB_GROUP_ENVELOPE, MAX_JOB_GROUP_BYTES};
 use crate::queue::client_error;
 
+/// The envelope's first bytes, NUL then `job_group_envelope`, as
+/// requeue.lua reads a dead job's group with them.
+pub(crate) fn head() -> Vec<u8> {
+    let mut head = vec![0];
+    head.extend_from_slice(JOB_GROUP_ENVELOPE.as_bytes());
+    head
+}
+
 /// The envelope's first bytes: NUL, then `job_group_envelope`.
 fn starts_with_envelope(value: &[u8]) -> bool {
     value.first() == Some(&0) && value[1..].starts_with(JOB_GROUP_ENVELOPE.as_bytes())

@@ -964,8 +964,9 @@ impl Queue {
         Ok(out)
     }
 
-    /// Moves a dead job back to pending with its attempts reset. Returns
-    /// whether it was dead. A refused requeue (a `pending` key of another
+    /// Moves a dead job back with its attempts reset, through the release as
+    /// an add goes (into its group for a grouped job). Returns whether it
+    /// was dead. A refused requeue (a `pending` key of another
     /// type, a stream out of IDs) is an error, and the job stays dead with
     /// its attempts and error.
     pub async fn requeue(&self, id: &str) -> RedisResult<bool> {
@@ -976,7 +977,11 @@ impl Queue {
             .key(&k.attempts)
             .key(&k.errors)
             .key(&k.pending)
+            .key(&k.schedule)
+            .key(&k.jobs)
             .arg(id)
+            .arg(envelope::head())
+            .arg(GROUP)
             .invoke_async(&mut conn)
             .await?;
         Ok(moved == 1)

@@ -21,7 +21,16 @@ from ._common import (
     unwrap_payload,
     wrap_payload,
 )
-from ._protocol import ADD_BATCH, ADD_WITH_ID, GROUP, MAX_DELAY_MS, MAX_GROUPS_COUNT, PURGE_DEAD, REQUEUE
+from ._protocol import (
+    ADD_BATCH,
+    ADD_WITH_ID,
+    GROUP,
+    JOB_GROUP_ENVELOPE,
+    MAX_DELAY_MS,
+    MAX_GROUPS_COUNT,
+    PURGE_DEAD,
+    REQUEUE,
+)
 from ._route import Route, redirected
 from .worker import Worker
 
@@ -384,8 +393,8 @@ class Queue:
     # -- repairing ---------------------------------------------------------------------------
 
     def requeue(self, id: str) -> bool:
-        """Moves a dead job back to pending with its attempts reset; False when not dead.
-        When pending cannot take it (a key of another type, a stream out of IDs) the server's
+        """Moves a dead job back with its attempts reset, through the release as an ``add`` goes
+        (into its group for a grouped job); False when not dead. When the queue cannot take it (a key of another type, a stream out of IDs) the server's
         error is raised and the job stays dead with its attempts and error."""
         k = self.keys
         jid = id_bytes(id)
@@ -393,7 +402,11 @@ class Queue:
         # the resend changes nothing (and says False).
         return bool(
             self._route.run(
-                lambda c: self._requeue_script(keys=[k.dead, k.attempts, k.errors, k.pending], args=[jid], client=c)
+                lambda c: self._requeue_script(
+                    keys=[k.dead, k.attempts, k.errors, k.pending, k.schedule, k.jobs],
+                    args=[jid, JOB_GROUP_ENVELOPE, GROUP],
+                    client=c,
+                )
             )
         )
 
