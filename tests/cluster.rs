@@ -1077,8 +1077,8 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
 }
 
 /// The same state through Valkey 9's atomic slot migration
-/// (`CLUSTER MIGRATESLOTS`), which moves the keys with their TTLs in a
-/// stream of its own rather than one `MIGRATE` a batch.
+/// (`CLUSTER MIGRATESLOTS`), which carries the slot's keys its own way, not
+/// by `MIGRATE`.
 #[test]
 fn a_limits_state_and_a_hold_go_with_an_atomic_slot_migration() {
     let test = "a_limits_state_and_a_hold_go_with_an_atomic_slot_migration";
