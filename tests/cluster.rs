@@ -853,24 +853,9 @@ fn an_atomic_slot_migration_moves_a_live_queue_there_and_back() {
 
     let mut moves = Vec::new();
     for (from, to) in [(a, b), (b, a)] {
+        assert_eq!(cluster.owner(slot), from);
         let started = Instant::now();
-        let reply: String = q!(
-            &mut cluster.conn(from),
-            "CLUSTER",
-            "MIGRATESLOTS",
-            "SLOTSRANGE",
-            slot,
-            slot,
-            "NODE",
-            cluster.id(to)
-        );
-        assert_eq!(reply, "OK");
-        wait_until("the slot moved", Duration::from_secs(60), || {
-            cluster.check_stable()?;
-            (cluster.owner(slot) == to)
-                .then_some(())
-                .ok_or("not yet".to_string())
-        });
+        migrate_slot_atomically(&cluster, slot, to);
         moves.push(started.elapsed());
         // The target's timer takes over: it promotes from its next tick.
         let before = echomq_stat(&mut cluster.conn(to), "echomq_auto_promoted");
@@ -1078,17 +1063,145 @@ fn take_over(cluster: &Cluster, replica: usize, slot: u16, force: bool) {
 
 /// A limit's state, a hold and a grouped schedule's rotation (cursor, ring,
 /// index, its groups' buckets) are keys in their schedule's slot, so they go
-/// where the slot goes: after each switch the first release takes from the
-/// group after the cursor. A fixed limit of 1/s with its burst of 20 spent (20 s
-/// to refill), an adaptive one whose failing windows lowered its rate, and
-/// a hold of 10 minutes, through a CLUSTER FAILOVER, a CLUSTER FAILOVER
-/// FORCE back and a migration of the slot to a third primary: each new
-/// owner holds the same state keys, shows the same rate in force and hold,
-/// and releases no fresh burst. (The atomic migration of a limited queue
+/// where the slot goes: through a CLUSTER FAILOVER, a CLUSTER FAILOVER FORCE
+/// back and a legacy migration of the slot to a third primary
+/// ([`limits_state_through`]). (The atomic migration of a limited queue
 /// under workers: clients/tests/failover.rs.)
 #[test]
 fn a_limits_state_and_a_hold_go_with_their_slot() {
     let cluster = Cluster::start();
+    limits_state_through(
+        &cluster,
+        &[Switch::Failover, Switch::FailoverForce, Switch::Migrate],
+    );
+}
+
+/// The same state through Valkey 9's atomic slot migration
+/// (`CLUSTER MIGRATESLOTS`), which carries the slot's keys its own way, not
+/// by `MIGRATE`.
+#[test]
+fn a_limits_state_and_a_hold_go_with_an_atomic_slot_migration() {
+    let test = "a_limits_state_and_a_hold_go_with_an_atomic_slot_migration";
+    let Some((server, cli)) = versions::valkey_at_least_or_skip(9, test) else {
+        return;
+    };
+    let cluster = Cluster::start_on(&server, &cli);
+    let major = valkey_major(&mut cluster.conn(0));
+    assert!(major >= 9, "{server} runs Valkey {major}");
+    limits_state_through(&cluster, &[Switch::MigrateAtomically]);
+}
+
+/// How a slot changes owner in [`limits_state_through`].
+#[derive(Clone, Copy, Debug)]
+enum Switch {
+    /// `CLUSTER FAILOVER` by the owner's replica.
+    Failover,
+    /// `CLUSTER FAILOVER FORCE` by the owner's replica.
+    FailoverForce,
+    /// `SETSLOT IMPORTING/MIGRATING`, `MIGRATE` of every key, `SETSLOT NODE`
+    /// to another primary.
+    Migrate,
+    /// `CLUSTER MIGRATESLOTS` to another primary (Valkey 9).
+    MigrateAtomically,
+}
+
+/// Moves `slot` as `how` says; returns its new owner.
+fn switch(cluster: &Cluster, slot: u16, how: Switch) -> usize {
+    let owner = cluster.owner(slot);
+    let other = || *cluster.primaries().iter().find(|&&i| i != owner).unwrap();
+    match how {
+        Switch::Failover | Switch::FailoverForce => {
+            let r = cluster.replica_of(owner);
+            take_over(cluster, r, slot, matches!(how, Switch::FailoverForce));
+            r
+        }
+        Switch::Migrate => {
+            let to = other();
+            migrate_slot(cluster, slot, to);
+            to
+        }
+        Switch::MigrateAtomically => {
+            let to = other();
+            migrate_slot_atomically(cluster, slot, to);
+            to
+        }
+    }
+}
+
+/// A legacy migration of `slot` (every key in one `MIGRATE`) from its owner
+/// to the primary `to`, told to every primary.
+fn migrate_slot(cluster: &Cluster, slot: u16, to: usize) {
+    let from = cluster.owner(slot);
+    let (from_id, to_id) = (cluster.id(from), cluster.id(to));
+    let (mut on_from, mut on_to) = (cluster.conn(from), cluster.conn(to));
+    let _: () = q!(
+        &mut on_to,
+        "CLUSTER",
+        "SETSLOT",
+        slot,
+        "IMPORTING",
+        &from_id
+    );
+    let _: () = q!(
+        &mut on_from,
+        "CLUSTER",
+        "SETSLOT",
+        slot,
+        "MIGRATING",
+        &to_id
+    );
+    let keys: Vec<String> = q!(&mut on_from, "CLUSTER", "GETKEYSINSLOT", slot, 1000);
+    let target = ("127.0.0.1", cluster.port(to), "", 0, 10_000);
+    let reply: String = q!(&mut on_from, "MIGRATE", target, "KEYS", &keys);
+    assert_eq!(reply, "OK");
+    for primary in cluster.primaries() {
+        let _: () = q!(
+            &mut cluster.conn(primary),
+            "CLUSTER",
+            "SETSLOT",
+            slot,
+            "NODE",
+            &to_id
+        );
+    }
+    wait_owner(cluster, slot, to);
+}
+
+/// Valkey 9's `CLUSTER MIGRATESLOTS` of `slot` from its owner to `to`.
+fn migrate_slot_atomically(cluster: &Cluster, slot: u16, to: usize) {
+    cluster.start_atomic_migration(slot, cluster.owner(slot), to);
+    wait_owner(cluster, slot, to);
+}
+
+fn wait_owner(cluster: &Cluster, slot: u16, to: usize) {
+    wait_until("the slot moved", Duration::from_secs(60), || {
+        cluster.check_stable()?;
+        (cluster.owner(slot) == to)
+            .then_some(())
+            .ok_or("not yet".to_string())
+    });
+}
+
+/// ZADDs `n` members `job-00000`.. due 10 s ago.
+fn due_now(con: &mut Connection, schedule: &str, n: usize) {
+    let now_ms = server_time_ms(con);
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(schedule);
+    for i in 0..n {
+        zadd.arg(now_ms - 10_000 + i as i64)
+            .arg(format!("job-{i:05}"));
+    }
+    let _: () = zadd.query(con).expect("ZADD");
+}
+
+/// A fixed limit of 1/s with its burst of 20 spent (20 s to refill), an
+/// adaptive one whose failing windows lowered its rate, a hold of 10
+/// minutes and a grouped schedule stopped mid-rotation, then each switch of
+/// `switches` in turn: each new owner holds the same state keys (the same
+/// values, their TTLs running on from where they were), shows the same rate
+/// in force and hold, releases no fresh burst, and its first grouped
+/// release is from the group after the cursor.
+fn limits_state_through(cluster: &Cluster, switches: &[Switch]) {
     let (fixed, adaptive, held) = ("{lst}:fixed", "{lst}:adaptive", "{lst}:held");
     let pending = "{lst}:pending";
     let slot = cluster.keyslot(fixed);
@@ -1105,21 +1218,10 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
             format!("{GROUPED} 1/m 3")
         );
     }
-    let a = cluster.owner(slot);
-    let mut con = cluster.conn(a);
-    let due = |con: &mut Connection, schedule: &str, n: usize| {
-        let now_ms = server_time_ms(con);
-        let mut zadd = redis::cmd("ZADD");
-        zadd.arg(schedule);
-        for i in 0..n {
-            zadd.arg(now_ms - 10_000 + i as i64)
-                .arg(format!("job-{i:05}"));
-        }
-        let _: () = zadd.query(con).expect("ZADD");
-    };
-    due(&mut con, fixed, 500);
-    due(&mut con, adaptive, 5000);
-    due(&mut con, held, 10);
+    let mut con = cluster.conn(cluster.owner(slot));
+    due_now(&mut con, fixed, 500);
+    due_now(&mut con, adaptive, 5000);
+    due_now(&mut con, held, 10);
     // Three groups of ten, four released: the rotation stops after `a`.
     for group in ["a", "b", "c"] {
         for i in 0..10 {
@@ -1160,11 +1262,29 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
     ];
     let states: Vec<String> = q!(&mut con, "MGET", &state_keys);
     println!("on the first owner: {states:?}");
+    let pttls = |con: &mut Connection| -> Vec<i64> {
+        let mut pipe = redis::pipe();
+        for key in &state_keys {
+            pipe.cmd("PTTL").arg(key);
+        }
+        pipe.query(con).expect("PTTL")
+    };
 
-    let check = |owner: usize, what: &str, before: &GroupedState| {
+    let check = |owner: usize, what: &str, before: &GroupedState, ttls: &[i64], read: Instant| {
         let mut con = cluster.conn(owner);
         let now: Vec<String> = q!(&mut con, "MGET", &state_keys);
         assert_eq!(now, states, "{what}: the state keys");
+        // The same expiry, not a fresh one: at most what ran since it was
+        // read less, never more (one clock, one machine).
+        let since_ms = read.elapsed().as_millis() as i64;
+        let is_now = pttls(&mut con);
+        println!("{what}: PTTL {is_now:?} ms, {ttls:?} {since_ms} ms before");
+        for ((key, was), is) in state_keys.iter().zip(ttls).zip(is_now) {
+            assert!(
+                is > 0 && is <= *was && is >= was - since_ms - 100,
+                "{what}: PTTL {key} {is}, was {was} {since_ms} ms before"
+            );
+        }
         assert_eq!(&grouped_state(&mut con), before, "{what}: the groups' keys");
         // The rotation goes on from the cursor that came along.
         let next = before
@@ -1201,48 +1321,16 @@ fn a_limits_state_and_a_hold_go_with_their_slot() {
         assert!(available <= refilled, "{what}: {available} available");
         println!("{what}: {available} of the fixed limit available, {refilled} s after its burst");
     };
-    let r = cluster.replica_of(a);
-    let before = grouped_state(&mut con);
-    take_over(&cluster, r, slot, false);
-    check(r, "after CLUSTER FAILOVER", &before);
-    let before = grouped_state(&mut cluster.conn(r));
-    take_over(&cluster, a, slot, true);
-    check(a, "after CLUSTER FAILOVER FORCE", &before);
-    let before = grouped_state(&mut con);
-
-    let c = *cluster
-        .primaries()
-        .iter()
-        .find(|&&i| i != a && i != r)
-        .unwrap();
-    let (a_id, c_id) = (cluster.id(a), cluster.id(c));
-    let mut on_c = cluster.conn(c);
-    let _: () = q!(&mut on_c, "CLUSTER", "SETSLOT", slot, "IMPORTING", &a_id);
-    let _: () = q!(&mut con, "CLUSTER", "SETSLOT", slot, "MIGRATING", &c_id);
-    let keys: Vec<String> = q!(&mut con, "CLUSTER", "GETKEYSINSLOT", slot, 100);
-    let to_c = ("127.0.0.1", cluster.port(c), "", 0, 10_000);
-    let reply: String = q!(&mut con, "MIGRATE", to_c, "KEYS", &keys);
-    assert_eq!(reply, "OK");
-    for primary in cluster.primaries() {
-        let _: () = q!(
-            &mut cluster.conn(primary),
-            "CLUSTER",
-            "SETSLOT",
-            slot,
-            "NODE",
-            &c_id
-        );
+    for &how in switches {
+        let mut on_owner = cluster.conn(cluster.owner(slot));
+        let before = grouped_state(&mut on_owner);
+        let (ttls, read) = (pttls(&mut on_owner), Instant::now());
+        let owner = switch(cluster, slot, how);
+        check(owner, &format!("after {how:?}"), &before, &ttls, read);
     }
-    wait_until("the slot is C's", Duration::from_secs(30), || {
-        cluster.check_stable()?;
-        (cluster.owner(slot) == c)
-            .then_some(())
-            .ok_or("not yet".to_string())
-    });
-    check(c, "after a slot migration", &before);
 }
 
-/// The grouped schedule of `a_limits_state_and_a_hold_go_with_their_slot`.
+/// The grouped schedule of [`limits_state_through`].
 const GROUPED: &str = "{lst}:grouped";
 
 /// What a grouped schedule's release goes on from: its cursor, its ring, its
@@ -1277,4 +1365,73 @@ fn grouped_state(con: &mut Connection) -> GroupedState {
         index,
         buckets,
     }
+}
+
+/// On Valkey 9 with `cluster-databases 2`, one schedule's name in db 0 and
+/// in db 1 is two limits: each database has its own `echomq-limit` key, the
+/// burst db 0 spent leaves db 1's whole, and after a CLUSTER FAILOVER the
+/// new primary goes on from each database's own state.
+#[test]
+fn two_databases_keep_their_limits_apart() {
+    let test = "two_databases_keep_their_limits_apart";
+    let Some((server, cli)) = versions::valkey_at_least_or_skip(9, test) else {
+        return;
+    };
+    let cluster = Cluster::start_on_with(&server, &cli, &[("cluster-databases", "2")]);
+    let (schedule, pending) = ("{dbs}:schedule", "{dbs}:pending");
+    let state = format!("{schedule}:echomq-limit");
+    let slot = cluster.keyslot(schedule);
+    // 1/m: a token a minute, so within the test each count is exact.
+    limit_everywhere(&cluster, &format!("{schedule} 1/m 5"));
+    let in_db = |node: usize, db: i64| {
+        let mut con = cluster.conn(node);
+        let _: () = q!(&mut con, "SELECT", db);
+        con
+    };
+    let a = cluster.owner(slot);
+    let (mut db0, mut db1) = (in_db(a, 0), in_db(a, 1));
+    due_now(&mut db0, schedule, 20);
+    due_now(&mut db1, schedule, 20);
+    assert_eq!(promote(&mut db0, schedule, pending), 5, "db 0's burst");
+    let spent = Instant::now();
+    assert_eq!(
+        promote(&mut db0, schedule, pending),
+        0,
+        "db 0's burst spent"
+    );
+    let in_db1: i64 = q!(&mut db1, "EXISTS", &state);
+    assert_eq!(in_db1, 0, "db 0's release wrote a state into db 1");
+    assert_eq!(limits_of(&mut db1, schedule)["available"], 5, "db 1");
+    let moved: i64 = q!(&mut db1, "ECHO.PROMOTE", schedule, pending, "LIMIT", 3);
+    assert_eq!(moved, 3, "db 1's own burst");
+    let states = |db0: &mut Connection, db1: &mut Connection| -> (String, String) {
+        let s0: String = q!(db0, "GET", &state);
+        let s1: String = q!(db1, "GET", &state);
+        (s0, s1)
+    };
+    let before = states(&mut db0, &mut db1);
+    println!("db 0 and db 1: {before:?}");
+    assert_ne!(before.0, before.1, "one state for two databases");
+    let check = |db0: &mut Connection, db1: &mut Connection, what: &str| {
+        let refilled = spent.elapsed().as_secs() as i64 / 60;
+        assert_eq!(states(db0, db1), before, "{what}: the state keys");
+        let available = |con: &mut Connection| limits_of(con, schedule)["available"];
+        assert_eq!(available(db0), refilled, "{what}: db 0");
+        assert_eq!(available(db1), (2 + refilled).min(5), "{what}: db 1");
+        let queued = |con: &mut Connection| -> i64 { q!(con, "LLEN", pending) };
+        assert_eq!((queued(db0), queued(db1)), (5, 3), "{what}: released");
+    };
+    check(&mut db0, &mut db1, "on the first primary");
+
+    let r = cluster.replica_of(a);
+    take_over(&cluster, r, slot, false);
+    let (mut db0, mut db1) = (in_db(r, 0), in_db(r, 1));
+    check(&mut db0, &mut db1, "after CLUSTER FAILOVER");
+    let refilled = spent.elapsed().as_secs() as i64 / 60;
+    assert_eq!(promote(&mut db0, schedule, pending), refilled, "db 0");
+    assert_eq!(
+        promote(&mut db1, schedule, pending),
+        (2 + refilled).min(5),
+        "db 1"
+    );
 }

@@ -1209,17 +1209,7 @@ fn atomic_move(
 ) -> HashSet<String> {
     let mut on_from = cluster.conn(from);
     let in_flight = in_flight_on(&mut on_from, queue);
-    let reply: String = q!(
-        &mut on_from,
-        "CLUSTER",
-        "MIGRATESLOTS",
-        "SLOTSRANGE",
-        slot,
-        slot,
-        "NODE",
-        cluster.id(to)
-    );
-    assert_eq!(reply, "OK");
+    cluster.start_atomic_migration(slot, from, to);
     in_flight
 }
 

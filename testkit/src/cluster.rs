@@ -56,8 +56,19 @@ impl Node {
     /// A node running `server` (a `valkey-server` binary) instead of
     /// `ECHOMQ_SERVER`'s.
     pub fn start_on(server: &str) -> Node {
+        Node::start_on_with(server, &[])
+    }
+
+    /// A node running `server` with more configs (`(name, value)`, passed as
+    /// `--name value`), such as Valkey 9's `cluster-databases`.
+    pub fn start_on_with(server: &str, configs: &[(&str, &str)]) -> Node {
+        let options = configs
+            .iter()
+            .fold(Options::cluster_node(server), |o, (name, value)| {
+                o.arg(name, value)
+            });
         Node {
-            server: Server::start_with(Options::cluster_node(server)),
+            server: Server::start_with(options),
         }
     }
 
@@ -165,7 +176,15 @@ impl Cluster {
     /// what a test needing another version uses, without touching the
     /// environment the tests running beside it read.
     pub fn start_on(server: &str, cli: &str) -> Cluster {
-        let nodes: Vec<Node> = (0..6).map(|_| Node::start_on(server)).collect();
+        Cluster::start_on_with(server, cli, &[])
+    }
+
+    /// [`Cluster::start_on`] with more configs on every node
+    /// ([`Node::start_on_with`]).
+    pub fn start_on_with(server: &str, cli: &str, configs: &[(&str, &str)]) -> Cluster {
+        let nodes: Vec<Node> = (0..6)
+            .map(|_| Node::start_on_with(server, configs))
+            .collect();
         let cluster = Cluster { nodes };
         let out = Command::new(cli)
             .args(["--cluster", "create"])
@@ -319,6 +338,28 @@ impl Cluster {
             .find(|e| e.primary.as_deref() == Some(id.as_str()) && self.port_is_up(e.port))
             .unwrap_or_else(|| panic!("no replica of {}: {entries:?}", self.port(i)));
         self.index_of_port(replica.port)
+    }
+
+    /// Starts Valkey 9's atomic migration (`CLUSTER MIGRATESLOTS`) of `slot`
+    /// from the primary `from` to the primary `to`; the server goes on with
+    /// it after the reply.
+    pub fn start_atomic_migration(&self, slot: u16, from: usize, to: usize) {
+        let reply: String = q!(
+            &mut self.conn(from),
+            "CLUSTER",
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            slot,
+            slot,
+            "NODE",
+            self.id(to)
+        );
+        assert_eq!(
+            reply,
+            "OK",
+            "CLUSTER MIGRATESLOTS {slot} to {}",
+            self.port(to)
+        );
     }
 
     pub fn keyslot(&self, key: &str) -> u16 {
