@@ -131,20 +131,21 @@ async function queueHeldUntil(client, queue) {
 test("a group limit set by the library binds that group only", async () => {
   const client = server.client();
   const queue = new Queue(client, queueName("groups-limit"));
-  await queue.setGroupLimit("slow", "5/s", 1);
+  await queue.setGroupLimit("slow", "2/s", 1);
   assert.deepEqual(await queue.groups(), [], "a limit alone makes no group: it has no jobs");
   await queue.addMany(Array(6).fill("s"), { group: "slow" });
   await queue.addMany(Array(6).fill("f"), { group: "fast" });
   const byName = Object.fromEntries((await queue.groups()).map((g) => [g.group, g]));
-  assert.deepEqual([byName.slow.limitRate, byName.slow.limitBurst], [5, 1]);
+  assert.deepEqual([byName.slow.limitRate, byName.slow.limitBurst], [2, 1]);
   assert.deepEqual([byName.fast.limitRate, byName.fast.limitBurst], [null, null]);
   const order = [];
   await withTimer(client, queue, (job) => { order.push(job.group); }, {}, () =>
     waitFor(() => order.length === 12, "every job to run"));
-  // At 5/s, burst 1, the slow group's six jobs take a second at least (one now, then one every
-  // 200 ms); the fast one's leave together at the first release, so all six run before the slow
-  // group's second job. Without the limit both would leave at once.
-  assert.ok(order.indexOf("slow") < 2, order.join());
+  // At 2/s, burst 1, the slow group's six jobs take 2.5 s at least (one now, then one every
+  // 500 ms); the fast one's leave at the first release with the slow group's first (started in
+  // any order), so all six run before the slow group's second job. Without the limit both would
+  // leave at once.
+  assert.ok(order.indexOf("slow") < 7, order.join());
   const secondSlow = order.findIndex((g, i) => g === "slow" && i > order.indexOf("slow"));
   assert.equal(order.slice(0, secondSlow).filter((g) => g === "fast").length, 6, order.join());
 });

@@ -144,13 +144,13 @@ def calls(client, command: str) -> int:
 
 def test_a_group_limit_set_by_the_library_binds_that_group_only(client, qname):
     q = echomq.Queue(client, qname)
-    q.set_group_limit("slow", "5/s", 1)
+    q.set_group_limit("slow", "2/s", 1)
     [slow] = q.groups() or [None]
     assert slow is None, "a limit alone makes no group: it has no jobs"
     q.add_many([b"s"] * 6, group="slow")
     q.add_many([b"f"] * 6, group="fast")
     by_name = {g.group: g for g in q.groups()}
-    assert (by_name["slow"].limit_rate, by_name["slow"].limit_burst) == (5.0, 1)
+    assert (by_name["slow"].limit_rate, by_name["slow"].limit_burst) == (2.0, 1)
     assert (by_name["fast"].limit_rate, by_name["fast"].limit_burst) == (None, None)
     order = []
 
@@ -159,10 +159,11 @@ def test_a_group_limit_set_by_the_library_binds_that_group_only(client, qname):
 
     with timer(client, qname), running(q, handler):
         wait_for(lambda: len(order) == 12, what="every job to run")
-    # At 5/s, burst 1, the slow group's six jobs take a second at least (one now, then one every
-    # 200 ms); the fast one's leave together at the first release, so all six run before the slow
-    # group's second job, 200 ms after its first. Without the limit both would leave at once.
-    assert order.index("slow") < 2
+    # At 2/s, burst 1, the slow group's six jobs take 2.5 s at least (one now, then one every
+    # 500 ms); the fast one's leave at the first release with the slow group's first (started in
+    # any order), so all six run before the slow group's second job. Without the limit both would
+    # leave at once.
+    assert order.index("slow") < 7, order
     second_slow = [i for i, g in enumerate(order) if g == "slow"][1]
     assert order[:second_slow].count("fast") == 6, order
     assert not client.exists("{%s}:schedule:echomq-g:slow" % qname)
