@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use redis_module::{Context, RedisError};
 
 use crate::engine::release::{self, Allowance};
-use crate::engine::{groups, stats};
+use crate::engine::{groups, recurring, stats};
 use crate::rules::errors::ReplyError;
 use crate::rules::fairness;
 use crate::server::keys::{Arg, Key, Kind, Members};
@@ -73,7 +73,9 @@ impl<'a> Pending<'a> {
         let sink = match key.kind() {
             Kind::Missing | Kind::List => Sink::List,
             Kind::Stream => Sink::Stream,
-            Kind::String | Kind::SortedSet | Kind::Other => return Err(RedisError::WrongType),
+            Kind::String | Kind::SortedSet | Kind::Hash | Kind::Other => {
+                return Err(RedisError::WrongType)
+            }
         };
         Ok(Pending { key, sink })
     }
@@ -113,8 +115,12 @@ pub fn move_due(
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
     let allowance = release::allowance(ctx, schedule, pending_name)?;
+    // The recurring definitions, when the schedule has any: their released
+    // occurrences arm the next ones in this same step.
+    let defs = recurring::definitions(ctx, schedule.as_slice());
+    let mut occurrences = defs.as_ref().map(|_| Vec::new());
     if groups::grouped(ctx, schedule.as_slice())? {
-        return move_grouped(
+        let moved = move_grouped(
             ctx,
             schedule,
             &schedule_key,
@@ -123,7 +129,10 @@ pub fn move_due(
             now_ms,
             time_limit,
             allowance,
-        );
+            occurrences.as_mut(),
+        )?;
+        arm_released(ctx, &schedule_key, defs, occurrences, now_ms);
+        return Ok(moved);
     }
     let mut moved = take_due(
         &schedule_key,
@@ -132,12 +141,32 @@ pub fn move_due(
         now_ms,
         batch,
         deadline,
+        occurrences.as_mut(),
     );
     if let Some(allowance) = allowance {
         let still_due = !schedule_key.zset_due(now_ms as f64, 1).is_empty();
         book(ctx, schedule, &allowance, &mut moved, limit, still_due);
     }
+    arm_released(ctx, &schedule_key, defs, occurrences, now_ms);
     Ok(moved)
+}
+
+/// Arms the next occurrence of each definition whose armed one was among
+/// the members just released (`recurring::arm_after_release`), after the
+/// release's own effects. An armed occurrence already due waits for the
+/// next move.
+fn arm_released(
+    ctx: &Context,
+    schedule_key: &Key,
+    defs: Option<Key>,
+    released: Option<Vec<Vec<u8>>>,
+    now_ms: i64,
+) {
+    if let (Some(defs), Some(released)) = (defs, released) {
+        if !released.is_empty() {
+            recurring::arm_after_release(ctx, schedule_key, &defs, &released, now_ms);
+        }
+    }
 }
 
 /// Books a move with the release limit (or hold) it passed. The limit bound
@@ -188,6 +217,7 @@ fn move_grouped(
     now_ms: i64,
     time_limit: TimeLimit,
     allowance: Option<Allowance<'_>>,
+    mut occurrences: Option<&mut Vec<Vec<u8>>>,
 ) -> Result<Moved, RedisError> {
     let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
     let (batch, deadline) = match time_limit {
@@ -212,8 +242,21 @@ fn move_grouped(
         )?;
         let release = outcome.release;
         let found = release.released.len();
+        let named = occurrences.as_ref().map_or(0, |names| names.len());
+        if let Some(names) = occurrences.as_deref_mut() {
+            names.extend(
+                release
+                    .released
+                    .iter()
+                    .map(|r| r.member.name().as_slice().to_vec()),
+            );
+        }
         let (pushed, earliest_ms) =
             push_released(ctx, schedule, schedule_key, pending, release.released)?;
+        if let Some(names) = occurrences.as_deref_mut() {
+            // Only what went into pending was released.
+            names.truncate(named + pushed);
+        }
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = earliest_ms;
         }
@@ -299,6 +342,7 @@ fn take_due(
     now_ms: i64,
     batch: u64,
     deadline: Option<Instant>,
+    mut occurrences: Option<&mut Vec<Vec<u8>>>,
 ) -> Moved {
     let mut moved = Moved::default();
     while moved.count < limit {
@@ -321,6 +365,9 @@ fn take_due(
         }
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = due.earliest_score();
+        }
+        if let Some(names) = occurrences.as_deref_mut() {
+            names.extend(due.names());
         }
         moved.count += due.len() as u64;
         if (due.len() as u64) < found {

@@ -29,6 +29,7 @@ pub enum Kind {
     SortedSet,
     List,
     Stream,
+    Hash,
     Other,
 }
 
@@ -188,6 +189,7 @@ impl<'a> Key<'a> {
             raw::REDISMODULE_KEYTYPE_ZSET => Kind::SortedSet,
             raw::REDISMODULE_KEYTYPE_LIST => Kind::List,
             raw::REDISMODULE_KEYTYPE_STREAM => Kind::Stream,
+            raw::REDISMODULE_KEYTYPE_HASH => Kind::Hash,
             _ => Kind::Other,
         }
     }
@@ -782,6 +784,147 @@ impl<'a> Key<'a> {
         true
     }
 
+    /// The value of `field` in a hash key: `None` when the key is missing,
+    /// not a hash, or has no such field.
+    pub fn hget(&self, field: &[u8]) -> Option<Vec<u8>> {
+        if self.kind() != Kind::Hash {
+            return None;
+        }
+        let name = self.bytes_string(field);
+        let mut value: *mut RedisModuleString = ptr::null_mut();
+        // SAFETY: a live handle of a hash; one field/value-pointer pair then
+        // the NULL that ends the variadic list. The value, when set, is a
+        // new string this module frees (no automatic memory here).
+        unsafe {
+            api!(RedisModule_HashGet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                name,
+                &mut value as *mut *mut RedisModuleString,
+                ptr::null_mut::<RedisModuleString>(),
+            );
+            api!(RedisModule_FreeString)(self.ctx.ctx, name);
+        }
+        if value.is_null() {
+            return None;
+        }
+        let copy = string_bytes(value);
+        // SAFETY: made by HashGet for this call, freed once.
+        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, value) };
+        Some(copy)
+    }
+
+    /// `HSET key field value`, with the signal, the `hset` event and the
+    /// replication of that very command. The caller has checked that the
+    /// key is missing or a hash.
+    pub fn hset(&self, field: &[u8], value: &[u8]) {
+        let f = self.bytes_string(field);
+        let v = self.bytes_string(value);
+        // SAFETY: a live write handle of a missing key or a hash; one
+        // field/value pair of live strings (copied) then the ending NULL.
+        unsafe {
+            api!(RedisModule_HashSet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                f,
+                v,
+                ptr::null_mut::<RedisModuleString>(),
+            );
+        }
+        self.signal();
+        self.notify(raw::REDISMODULE_NOTIFY_HASH, c"hset");
+        // SAFETY: "sss" names exactly the three live strings passed.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                self.ctx.ctx,
+                c"HSET".as_ptr(),
+                c"sss".as_ptr(),
+                self.name,
+                f,
+                v,
+            );
+            api!(RedisModule_FreeString)(self.ctx.ctx, f);
+            api!(RedisModule_FreeString)(self.ctx.ctx, v);
+        }
+    }
+
+    /// `HDEL key field`: `true` when it was there, and then signalled, sent
+    /// as `hdel` (and `del` when the hash emptied) and replicated.
+    pub fn hdel(&self, field: &[u8]) -> bool {
+        if self.kind() != Kind::Hash {
+            return false;
+        }
+        let f = self.bytes_string(field);
+        // SAFETY: a live write handle of a hash; the field then the delete
+        // marker, then the ending NULL. The server deletes an emptied key.
+        let removed = unsafe {
+            api!(RedisModule_HashSet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                f,
+                raw::REDISMODULE_HASH_DELETE,
+                ptr::null_mut::<RedisModuleString>(),
+            )
+        };
+        if removed > 0 {
+            self.signal();
+            self.notify(raw::REDISMODULE_NOTIFY_HASH, c"hdel");
+            if self.kind() == Kind::Missing {
+                self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+            }
+            // SAFETY: "ss" names exactly the two live strings passed.
+            unsafe {
+                api!(RedisModule_Replicate)(
+                    self.ctx.ctx,
+                    c"HDEL".as_ptr(),
+                    c"ss".as_ptr(),
+                    self.name,
+                    f,
+                )
+            };
+        }
+        // SAFETY: made above, freed once, after its last use.
+        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, f) };
+        removed > 0
+    }
+
+    /// Every field and value of a hash key, copied, in the hash's order
+    /// (none when missing or not a hash).
+    pub fn hash_entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        if self.kind() != Kind::Hash {
+            return out;
+        }
+        extern "C" fn collect(
+            _key: *mut RedisModuleKey,
+            field: *mut RedisModuleString,
+            value: *mut RedisModuleString,
+            out: *mut std::os::raw::c_void,
+        ) {
+            // SAFETY: `out` is the vector passed below, alive and not
+            // otherwise borrowed while ScanKey runs; the strings are live
+            // for this call.
+            let out = unsafe { &mut *out.cast::<Vec<(Vec<u8>, Vec<u8>)>>() };
+            out.push((string_bytes(field), string_bytes(value)));
+        }
+        // SAFETY: a cursor made here and destroyed below; ScanKey calls
+        // `collect` with the vector as its private data, only during the
+        // call, and returns 0 once the whole hash was seen.
+        unsafe {
+            let cursor = api!(RedisModule_ScanCursorCreate)();
+            let data = ptr::from_mut(&mut out).cast::<std::os::raw::c_void>();
+            while api!(RedisModule_ScanKey)(self.ptr, cursor, Some(collect), data) != 0 {}
+            api!(RedisModule_ScanCursorDestroy)(cursor);
+        }
+        out
+    }
+
+    /// A new string of `bytes`, which the caller frees.
+    fn bytes_string(&self, bytes: &[u8]) -> *mut RedisModuleString {
+        // SAFETY: CreateString copies the bytes.
+        unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, bytes.as_ptr().cast(), bytes.len()) }
+    }
+
     /// Tells the server the key was written: WATCH on it fails, client-side
     /// caching invalidates. Once per written key, as native commands do.
     fn signal(&self) {
@@ -812,6 +955,22 @@ impl<'a> Key<'a> {
                 strings.len(),
             )
         };
+    }
+}
+
+/// A copy of a live string's bytes.
+fn string_bytes(s: *mut RedisModuleString) -> Vec<u8> {
+    if s.is_null() {
+        return Vec::new();
+    }
+    let mut len = 0usize;
+    // SAFETY: a live string; its bytes stay valid while it does.
+    unsafe {
+        let p = api!(RedisModule_StringPtrLen)(s, &mut len);
+        if p.is_null() {
+            return Vec::new();
+        }
+        std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec()
     }
 }
 
@@ -916,6 +1075,11 @@ impl Members {
 
     pub fn is_empty(&self) -> bool {
         self.ptrs.is_empty()
+    }
+
+    /// Copies of the members' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = Vec<u8>> + '_ {
+        self.ptrs.iter().map(|&member| string_bytes(member))
     }
 
     /// Keeps the first `len` members, freeing the rest.

@@ -64,7 +64,12 @@ macro_rules! for_each_api {
             RedisModule_ReplyWithLongLong,
             RedisModule_ReplyWithDouble,
             RedisModule_ReplyWithNull,
-            RedisModule_ReplyWithArray
+            RedisModule_ReplyWithArray,
+            RedisModule_HashGet,
+            RedisModule_HashSet,
+            RedisModule_ScanKey,
+            RedisModule_ScanCursorCreate,
+            RedisModule_ScanCursorDestroy
         )
     };
 }
