@@ -63,6 +63,9 @@ def main():
     ap.add_argument("--repeat-old-module", default="",
                     help="repeat: a module build before recurring jobs, to compare a promote on a "
                     "schedule without definitions with (on a server of its own, beside this build's)")
+    ap.add_argument("--repeat-ab-module", default="",
+                    help="repeat: another build with recurring jobs, to compare the release lanes "
+                    "with (on a server of its own, beside this build's)")
     ap.add_argument("--herd-json", default="",
                     help="herd: where to write the series (default target/bench/herd-limits.json)")
     ap.add_argument("--adaptive-window-ms", type=int, default=200,
@@ -87,6 +90,7 @@ def main():
     b.herd_json = a.herd_json
     b.herd_rounds, b.groups_old_module = a.herd_rounds, a.groups_old_module
     b.repeat_old_module = a.repeat_old_module
+    b.repeat_ab_module = a.repeat_ab_module
     b.tenants_rounds, b.tenants_lanes = a.tenants_rounds, a.tenants_lanes
     b.tenants_grace = a.tenants_grace
     b.servers, b.modules = a.servers, a.modules

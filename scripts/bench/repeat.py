@@ -5,8 +5,8 @@ header in src/commands/repeat.rs) cost.
 each release arming its definition's next occurrence in the same step (HGET
 of the definition, decode, parse of the spec and zone, next occurrence,
 jitter draw, ZADD, HSET of the payload, HSET of the definition), against
-moving 1000 plain due members (bench.fill_due, beside 1000 future members
-as the recurring schedule holds its 1000 newly armed). Lanes: `every:60000
+moving 1000 plain due members (bench.fill_due); every lane's schedule holds
+1000 plain members not yet due beside. Lanes: `every:60000
 JITTER 1000`, `cron:*/5 * * * * JITTER 60000` (UTC) and the same cron with
 `TZ Europe/Berlin`, each of 1000 definitions with `PAYLOAD {q}:jobs <100
 bytes>` (the client libraries' jobs hash). Set-up (not measured): the armed
@@ -19,6 +19,10 @@ median of per-round ratios (goal: at most 1.5×). A reference row: the
 plain release plus the same 1000 ZADDs and 1000 HSETs of the payload sent
 as commands (one pipeline; what a client-side scheduler makes the server
 do), summed.
+
+With --repeat-ab-module SO (another build with recurring jobs), the lanes
+also run on two servers of the section's own, this build and SO,
+interleaved by round with bench.sh's: each lane's ratio this build ÷ SO.
 
 (b) With --repeat-old-module SO (main's build before recurring jobs): a
 plain promote on a schedule with no definitions, which now looks up the
@@ -74,7 +78,7 @@ def define(conn, lane, spec, opts, n=B, prefix="d"):
 def make_due(conn, sched):
     """The armed occurrences (every member of sched) made due: one ZADD XX
     with past scores, in their order."""
-    members = conn.call("ZRANGE", sched, 0, -1)
+    members = [m for m in conn.call("ZRANGE", sched, 0, -1) if b"@" in m]
     t = now_ms() - 10_000_000
     args = []
     for i, m in enumerate(members):
@@ -98,12 +102,12 @@ def after(conn, lane):
     what was released deleted, pending emptied)."""
     sched, pend, jobs = keys(lane)
     released = conn.call("LRANGE", pend, 0, -1)
-    if len(released) != B or conn.call("ZCARD", sched) != B:
+    if len(released) != B or conn.call("ZCARD", sched) != (B if lane == "plain" else 2 * B):
         raise RuntimeError("repeat: %s released %d, %d left scheduled"
                            % (lane, len(released), conn.call("ZCARD", sched)))
     if lane != "plain":
         armed = conn.call("ZRANGE", sched, 0, 0, "WITHSCORES")
-        if float(armed[1]) < now_ms():
+        if float(armed[1]) < now_ms() or b"@" not in armed[0]:
             raise RuntimeError("repeat: %s armed a due occurrence %r" % (lane, armed))
         if conn.call("HDEL", jobs, *released) != B:
             raise RuntimeError("repeat: %s released occurrences without payloads" % lane)
@@ -116,10 +120,11 @@ def setup(conn, lanes=LANES):
     for lane, _, spec, opts in lanes:
         sched, pend, jobs = keys(lane)
         conn.call("DEL", sched, pend, jobs, sched + ":echomq-repeats")
-        if spec is None:
-            conn.call("EVALSHA", conn.fill_sha, 1, sched, B, now_ms() + 1_000_000_000, 1,
-                      "future:", 0)
-        else:
+        # every lane's schedule holds 1000 plain members not yet due beside
+        # (a release's surroundings alike: a skiplist throughout)
+        conn.call("EVALSHA", conn.fill_sha, 1, sched, B, now_ms() + 1_000_000_000, 1, "future:",
+                  0)
+        if spec is not None:
             define(conn, lane, spec, opts)
     settle(conn)
 
@@ -149,52 +154,82 @@ def reference(conn):
 
 
 def release_cost(bench):
-    c = bench.c
-    c.fill_sha = bench.sha["fill"]
-    setup(c)
-    per = {lane: [] for lane, _, _, _ in LANES}
-    per["ref"] = []
-    rounds = {lane: [] for lane, _, _, _ in LANES}  # per-round medians
+    """(a) on bench.sh's server and, with --repeat-ab-module, on two servers
+    of its own (this build, that one), interleaved by round."""
+    bench.c.fill_sha = bench.sha["fill"]
+    targets = [("here", "", bench.c)]
+    own = ab_servers(bench)
+    for k, label, t in own:
+        t.c.fill_sha = t.sha["fill"]
+        targets.append((k, " (%s)" % label, t.c))
+    per = {(k, lane): [] for k, _, _ in targets for lane in [x[0] for x in LANES] + ["ref"]}
+    rounds = {(k, lane): [] for k, _, _ in targets for lane, _, _, _ in LANES}
     try:
+        for _, _, c in targets:
+            setup(c)
         for r in range(bench.rounds + 1):
-            for lane, _, _, _ in rotate(LANES, r):
-                calls = []
-                for _ in range(K):
-                    prepare(c, lane)
-                    settle(c)
-                    c.call("CONFIG", "RESETSTAT")
-                    moved = c.call("ECHO.PROMOTE", keys(lane)[0], keys(lane)[1], "LIMIT", B)
-                    st = cmdstats(c)
-                    if moved != B:
-                        raise RuntimeError("repeat: %s moved %r of %d" % (lane, moved, B))
-                    after(c, lane)
-                    calls.append(st["echo.promote"][1] / B)
+            for k, _, c in rotate(targets, r):
+                for lane, _, _, _ in rotate(LANES, r):
+                    calls = []
+                    for _ in range(K):
+                        prepare(c, lane)
+                        settle(c)
+                        c.call("CONFIG", "RESETSTAT")
+                        moved = c.call("ECHO.PROMOTE", keys(lane)[0], keys(lane)[1], "LIMIT", B)
+                        st = cmdstats(c)
+                        if moved != B:
+                            raise RuntimeError("repeat: %s moved %r of %d" % (lane, moved, B))
+                        after(c, lane)
+                        calls.append(st["echo.promote"][1] / B)
+                    if r > 0:
+                        per[(k, lane)] += calls
+                        rounds[(k, lane)].append(med(calls))
+                ref = reference(c)
                 if r > 0:
-                    per[lane] += calls
-                    rounds[lane].append(med(calls))
-            ref = reference(c)
-            if r > 0:
-                per["ref"].append(ref / B)
+                    per[(k, "ref")].append(ref / B)
     finally:
-        teardown(c)
+        for _, _, c in targets:
+            teardown(c)
+        for _, _, t in own:
+            t.stop()
     section = ("repeat (a): release of 1000 by ECHO.PROMOTE, each arming its next (%d rounds × %d)"
                % (bench.rounds, K))
-    base = med(per["plain"])
-    for lane, label, _, _ in LANES:
-        m = med(per[lane])
-        ratio = goal = ""
-        if lane != "plain":
-            pr = med([x / y for x, y in zip(rounds[lane], rounds["plain"])])
-            ratio = "%.2f× plain (per round %.2f×)" % (m / base, pr)
-            goal = "≤ 1.5×: %s" % ok(m / base <= 1.5)
-        bench.add(section, label, "%.3f" % m, "µs/member (server)", "%.0f" % (m * B), ratio, goal,
-                  samples=per[lane], fmt="%.3f")
-    ref = med(per["ref"]) + base
-    bench.add(section, "reference: plain release + 1000 ZADD + 1000 HSET sent as commands",
-              "%.3f" % ref, "µs/member (server)", "%.0f" % (ref * B),
-              "%.2f× plain; every: %.2f× this" % (ref / base, med(per["every"]) / ref),
-              samples=[x + base for x in per["ref"]], fmt="%.3f")
-    return {k: med(v) for k, v in per.items()}
+    for k, where, _ in targets:
+        base = med(per[(k, "plain")])
+        for lane, label, _, _ in LANES:
+            m = med(per[(k, lane)])
+            ratio = goal = ""
+            if lane != "plain":
+                pr = med([x / y for x, y in zip(rounds[(k, lane)], rounds[(k, "plain")])])
+                ratio = "%.2f× plain (per round %.2f×)" % (m / base, pr)
+                goal = "≤ 1.5×: %s" % ok(m / base <= 1.5)
+            if k == "new":
+                ratio += "; %.3f× the other build" % (m / med(per[("ab", lane)]))
+            bench.add(section, label + where, "%.3f" % m, "µs/member (server)", "%.0f" % (m * B),
+                      ratio.lstrip("; "), goal, samples=per[(k, lane)], fmt="%.3f")
+        ref = med(per[(k, "ref")]) + base
+        bench.add(section, "reference: plain release + 1000 ZADD + 1000 HSET sent as commands"
+                  + where, "%.3f" % ref, "µs/member (server)", "%.0f" % (ref * B),
+                  "%.2f× plain; every: %.2f× this" % (ref / base, med(per[(k, "every")]) / ref),
+                  samples=[x + base for x in per[(k, "ref")]], fmt="%.3f")
+    return {"%s %s" % kv: med(v) for kv, v in per.items()}
+
+
+def ab_servers(bench):
+    """With --repeat-ab-module: (key, label, Target) of this build and that
+    one, each on a server of its own."""
+    other = getattr(bench, "repeat_ab_module", "")
+    if not other:
+        return []
+    binary = os.environ.get("ECHOMQ_SERVER") or shutil.which("valkey-server")
+    new = Target(binary, os.environ.get("ECHOMQ_MODULE"), "this build")
+    try:
+        that = Target(binary, other, "other")
+    except Exception:
+        new.stop()
+        raise
+    return [("new", "own server, this build", new),
+            ("ab", "own server, %s" % os.path.basename(other), that)]
 
 
 def own_servers(bench):
@@ -208,7 +243,8 @@ def own_servers(bench):
     except Exception:
         new.stop()
         raise
-    return [("new", "own server, this build", new), ("old", "own server, %s" % old, other)]
+    return [("new", "own server, this build", new),
+            ("old", "own server, %s" % os.path.basename(old), other)]
 
 
 def empty_definitions(bench):
