@@ -18,10 +18,10 @@ use redis_module::{Context, RedisError};
 use crate::rules::errors::{ArgError, ReplyError};
 use crate::rules::policy::uniform_inclusive;
 use crate::rules::recurrence::definition::{
-    occurrence, parse_occurrence, Definition, RepeatRequest,
+    occurrence, parse_occurrence, parsed, Definition, RepeatRequest, Stored,
 };
 use crate::rules::slots;
-use crate::server::keys::{Arg, Key, Kind, OwnedName, ZaddIf};
+use crate::server::keys::{Arg, Deferred, Key, Kind, OwnedName, ZaddIf};
 use crate::server::{clock, context};
 
 /// What a schedule's definitions hash is named after.
@@ -187,6 +187,16 @@ pub fn definitions<'a>(ctx: &'a Context, schedule: &[u8]) -> Option<Key<'a>> {
 /// next one (or, past `UNTIL`, removes the definition), in the same atomic
 /// step. A member that only looks like an occurrence (a retry of an older
 /// one, a name with an `@`) arms nothing.
+///
+/// The writes are those of `arm` for each, made in the same order, but
+/// their effects go out per key as one command each (`Deferred`): one
+/// `ZADD schedule s1 o1 ..`, one `HSET key o1 v1 ..` per payload key and
+/// one `HSET <definitions> id1 d1 ..`, in the order of the writes. A
+/// payload written into the definitions hash itself joins that hash's
+/// command, and a definition's removal sends what is held first, so each
+/// key's commands replay its writes in order. The stored text is read in
+/// place and written back with only its next occurrence changed; specs and
+/// zones are parsed once and remembered (`definition::parsed`).
 pub fn arm_after_release(
     ctx: &Context,
     schedule_key: &Key,
@@ -194,29 +204,104 @@ pub fn arm_after_release(
     released: &[Vec<u8>],
     now_ms: i64,
 ) {
+    let mut arming = Arming::new(ctx, schedule_key, defs);
     for member in released {
         let Some((id, nominal_ms)) = parse_occurrence(member) else {
             continue;
         };
-        let Some(mut definition) = defs.hget(id).and_then(|t| Definition::decode(&t)) else {
+        let Some(text) = defs.hget(id) else {
             continue;
         };
-        if definition.next_ms != nominal_ms {
+        let Some(stored) = Stored::read(&text) else {
+            continue;
+        };
+        if stored.next_ms != nominal_ms {
             continue;
         }
-        let Some((spec, zone)) = definition.parsed() else {
+        let Some((spec, zone)) = parsed(stored.spec, stored.zone) else {
             continue;
         };
-        match definition.after_release(&spec, &zone, nominal_ms, now_ms) {
-            Some(next_ms) => {
-                definition.next_ms = next_ms;
-                // The schedule is a sorted set or, emptied by the release,
-                // missing: the add cannot be refused.
-                let _ = arm(ctx, schedule_key, defs, id, definition);
-            }
+        match stored.after_release(&spec, &zone, nominal_ms, now_ms) {
+            Some(next_ms) => arming.arm(id, &stored, next_ms),
             None => {
+                arming.flush();
                 defs.hdel(id);
             }
         }
+    }
+    arming.flush();
+}
+
+/// The occurrences one release arms, their effects held per key.
+struct Arming<'k, 'a> {
+    ctx: &'a Context,
+    schedule: &'k Key<'a>,
+    defs: &'k Key<'a>,
+    zadds: Deferred,
+    def_sets: Deferred,
+    /// Each payload key written, open, with its held effects.
+    payloads: Vec<(Vec<u8>, Key<'a>, Deferred)>,
+}
+
+impl<'k, 'a> Arming<'k, 'a> {
+    fn new(ctx: &'a Context, schedule: &'k Key<'a>, defs: &'k Key<'a>) -> Self {
+        Arming {
+            ctx,
+            schedule,
+            defs,
+            zadds: Deferred::zadd(ctx),
+            def_sets: Deferred::hset(ctx),
+            payloads: Vec::new(),
+        }
+    }
+
+    /// `arm`'s writes for the definition `stored` of `id` armed at
+    /// `next_ms`: the occurrence with a fresh jitter draw, its payload, the
+    /// definition.
+    fn arm(&mut self, id: &[u8], stored: &Stored, next_ms: i64) {
+        let jitter_ms = uniform_inclusive(&mut rand::rng(), stored.jitter_ms);
+        let fire_at_ms = next_ms.saturating_add(i64::try_from(jitter_ms).unwrap_or(i64::MAX));
+        let name = occurrence(id, next_ms);
+        let member = OwnedName::new(self.ctx, &name);
+        // The schedule is a sorted set or, emptied by the release, missing:
+        // the add cannot be refused.
+        let _ = self
+            .schedule
+            .zadd_deferred(fire_at_ms, member, &mut self.zadds);
+        if let Some((key, value)) = stored.payload {
+            if key == self.defs.name().as_slice() {
+                if matches!(self.defs.kind(), Kind::Hash | Kind::Missing) {
+                    self.defs.hset_deferred(&name, value, &mut self.def_sets);
+                }
+            } else {
+                let at = match self.payloads.iter().position(|(k, _, _)| k == key) {
+                    Some(at) => at,
+                    None => {
+                        let open = Key::open_write_owned(self.ctx, OwnedName::new(self.ctx, key));
+                        self.payloads
+                            .push((key.to_vec(), open, Deferred::hset(self.ctx)));
+                        self.payloads.len() - 1
+                    }
+                };
+                let (_, key, effects) = &mut self.payloads[at];
+                // A payload key someone made another type is left alone: the
+                // occurrence still runs, as a job whose payload is missing.
+                if matches!(key.kind(), Kind::Hash | Kind::Missing) {
+                    key.hset_deferred(&name, value, effects);
+                }
+            }
+        }
+        self.defs
+            .hset_deferred(id, &stored.with_next(next_ms), &mut self.def_sets);
+    }
+
+    /// Sends the held effects: the schedule's, each payload key's, the
+    /// definitions'.
+    fn flush(&mut self) {
+        self.schedule.flush(&mut self.zadds);
+        for (_, key, effects) in &mut self.payloads {
+            key.flush(effects);
+        }
+        self.defs.flush(&mut self.def_sets);
     }
 }

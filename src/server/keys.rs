@@ -20,6 +20,7 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString}
 use redis_module::{Context, RedisError};
 
 use crate::rules::errors::ReplyError;
+use crate::rules::grammar::i64_text;
 
 /// The key types the commands distinguish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +117,65 @@ impl OwnedName {
         // SAFETY: Arg is a transparent wrapper of the same pointer type, and
         // the string lives as long as self.
         unsafe { &*ptr::from_ref(&self.ptr).cast::<Arg>() }
+    }
+
+    /// The string, which the caller now frees (with this context).
+    fn into_raw(self) -> *mut RedisModuleString {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.ptr
+    }
+}
+
+/// The effects of several writes to one key, made at once by
+/// `Key::zadd_deferred` or `Key::hset_deferred` (so reads after them see
+/// them), held back to go out together as the one native command that makes
+/// them all, by `Key::flush`: one signal, one keyspace event, and one
+/// replicated `ZADD key s1 m1 .. sk mk` or `HSET key f1 v1 .. fk vk`, the
+/// arguments in the order of the writes. A release arming many occurrences
+/// sends three commands instead of three per occurrence. Dropped unflushed,
+/// its strings are freed and no effect is sent: always flush.
+pub struct Deferred {
+    ctx: *mut RedisModuleCtx,
+    command: &'static CStr,
+    class: c_int,
+    event: &'static CStr,
+    /// Owned strings: the command's arguments after the key.
+    strings: Vec<*mut RedisModuleString>,
+}
+
+impl Deferred {
+    /// For `ZADD key score member ...`.
+    pub fn zadd(ctx: &Context) -> Deferred {
+        Deferred::new(ctx, c"ZADD", raw::REDISMODULE_NOTIFY_ZSET as c_int, c"zadd")
+    }
+
+    /// For `HSET key field value ...`.
+    pub fn hset(ctx: &Context) -> Deferred {
+        Deferred::new(ctx, c"HSET", raw::REDISMODULE_NOTIFY_HASH as c_int, c"hset")
+    }
+
+    fn new(ctx: &Context, command: &'static CStr, class: c_int, event: &'static CStr) -> Deferred {
+        Deferred {
+            ctx: ctx.ctx,
+            command,
+            class,
+            event,
+            strings: Vec::new(),
+        }
+    }
+
+    fn free(&mut self) {
+        for s in self.strings.drain(..) {
+            // SAFETY: each string is owned here, made with this context, and
+            // freed once (drained).
+            unsafe { api!(RedisModule_FreeString)(self.ctx, s) };
+        }
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        self.free();
     }
 }
 
@@ -485,6 +545,74 @@ impl<'a> Key<'a> {
             };
         }
         Ok(done)
+    }
+
+    /// `ZADD key score member` (no condition) applied now, its effects held
+    /// in `effects` (a `Deferred::zadd`) for `flush`; only a member added
+    /// or moved is replicated, as `zadd` does. Errors as `zadd`.
+    pub fn zadd_deferred(
+        &self,
+        score_ms: i64,
+        member: OwnedName,
+        effects: &mut Deferred,
+    ) -> Result<Zadd, RedisError> {
+        let mut flags: c_int = 0;
+        // SAFETY: a live write handle of a missing key or a sorted set
+        // (checked by the caller); the member is a live string.
+        let status =
+            unsafe { api!(RedisModule_ZsetAdd)(self.ptr, score_ms as f64, member.ptr, &mut flags) };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(ReplyError::ZsetAdd.into());
+        }
+        if flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0 {
+            effects.strings.push(self.i64_string(score_ms));
+            effects.strings.push(member.into_raw());
+            Ok(Zadd::Added)
+        } else if flags & raw::REDISMODULE_ZADD_UPDATED as c_int != 0 {
+            effects.strings.push(self.i64_string(score_ms));
+            effects.strings.push(member.into_raw());
+            Ok(Zadd::Updated)
+        } else {
+            Ok(Zadd::Unchanged)
+        }
+    }
+
+    /// `HSET key field value` applied now, its effects held in `effects` (a
+    /// `Deferred::hset`) for `flush`. The caller has checked the type.
+    pub fn hset_deferred(&self, field: &[u8], value: &[u8], effects: &mut Deferred) {
+        let f = self.bytes_string(field);
+        let v = self.bytes_string(value);
+        // SAFETY: a live write handle of a missing key or a hash; one
+        // field/value pair of live strings (copied) then the ending NULL.
+        unsafe {
+            api!(RedisModule_HashSet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                f,
+                v,
+                ptr::null_mut::<RedisModuleString>(),
+            );
+        }
+        effects.strings.push(f);
+        effects.strings.push(v);
+    }
+
+    /// Sends the effects `effects` holds for this key (made by this key's
+    /// `*_deferred` writes): the signal, the event and one replicated
+    /// command; then it is empty again.
+    pub fn flush(&self, effects: &mut Deferred) {
+        if effects.strings.is_empty() {
+            return;
+        }
+        self.signal();
+        self.notify(effects.class, effects.event);
+        self.replicate_strings(effects.command, &effects.strings);
+        effects.free();
+    }
+
+    fn i64_string(&self, value: i64) -> *mut RedisModuleString {
+        let mut digits = [0u8; 20];
+        self.bytes_string(i64_text(value, &mut digits))
     }
 
     /// `ZREM key member`: `true` when it was there, and then signalled, sent

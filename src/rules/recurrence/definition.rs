@@ -10,7 +10,7 @@
 //! arms a second one.
 
 use crate::rules::errors::{ArgError, SpecError};
-use crate::rules::grammar::{canonical_i64, canonical_u64};
+use crate::rules::grammar::{canonical_i64, canonical_u64, i64_text};
 use crate::rules::recurrence::parse::{parse_spec, parse_zone};
 use crate::rules::recurrence::{Spec, Zone};
 
@@ -193,21 +193,18 @@ impl Definition {
 
     /// The spec and zone again, as stored (both were checked when stored; a
     /// hand-written hash that no longer parses gives `None`).
+    #[cfg(test)]
     pub fn parsed(&self) -> Option<(Spec, Zone)> {
-        let spec = parse_spec(&self.spec).ok()?;
-        let zone = if self.zone.is_empty() {
-            Zone::utc()
-        } else {
-            parse_zone(&self.zone).ok()?
-        };
-        Some((spec, zone))
+        parsed(&self.spec, &self.zone)
     }
 
     /// The nominal time to arm after the occurrence at `released_ms` left
     /// the schedule at `now_ms`: the next one, unless its jitter window has
     /// wholly passed (the server was down, or the queue held, past it),
     /// then the first still to come, so a missed stretch runs once. `None`
-    /// past `UNTIL` or the calendar: the definition is done.
+    /// past `UNTIL` or the calendar: the definition is done. (A release
+    /// reads it in place: `Stored::after_release`, the same rule.)
+    #[cfg(test)]
     pub fn after_release(
         &self,
         spec: &Spec,
@@ -215,37 +212,37 @@ impl Definition {
         released_ms: i64,
         now_ms: i64,
     ) -> Option<i64> {
-        let next = spec.next_after(zone, self.anchor_ms, released_ms)?;
-        let window_end = next.saturating_add(i64::try_from(self.jitter_ms).unwrap_or(i64::MAX));
-        let next = if window_end >= now_ms {
-            next
-        } else {
-            spec.next_after(zone, self.anchor_ms, now_ms)?
-        };
-        self.until_ms
-            .is_none_or(|until| next <= until)
-            .then_some(next)
+        after_release(
+            spec,
+            zone,
+            (self.anchor_ms, self.jitter_ms, self.until_ms),
+            released_ms,
+            now_ms,
+        )
     }
 
     /// The stored text: the layout, the numbers, then each byte string with
     /// its length in front (`<len>:<bytes>`), so any bytes round-trip.
     pub fn encode(&self) -> Vec<u8> {
-        let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
-        let mut out = Vec::with_capacity(64 + self.spec.len());
+        let payload_len = self.payload.as_ref().map_or(0, |(k, v)| k.len() + v.len());
+        let mut out = Vec::with_capacity(120 + self.spec.len() + self.zone.len() + payload_len);
         out.extend_from_slice(LAYOUT);
-        out.extend_from_slice(
-            format!(
-                " {} {} {} {} {} ",
-                self.jitter_ms,
-                opt(self.from_ms),
-                opt(self.until_ms),
-                self.anchor_ms,
-                self.next_ms
-            )
-            .as_bytes(),
-        );
+        out.push(b' ');
+        put_u64(&mut out, self.jitter_ms);
+        for bound in [self.from_ms, self.until_ms] {
+            out.push(b' ');
+            match bound {
+                Some(ms) => put_i64(&mut out, ms),
+                None => out.push(b'-'),
+            }
+        }
+        for ms in [self.anchor_ms, self.next_ms] {
+            out.push(b' ');
+            put_i64(&mut out, ms);
+        }
+        out.push(b' ');
         let mut put = |bytes: &[u8]| {
-            out.extend_from_slice(bytes.len().to_string().as_bytes());
+            put_u64(&mut out, bytes.len() as u64);
             out.push(b':');
             out.extend_from_slice(bytes);
         };
@@ -260,14 +257,51 @@ impl Definition {
 
     /// Reads what `encode` wrote; `None` for anything else.
     pub fn decode(text: &[u8]) -> Option<Definition> {
-        let mut rest = text.strip_prefix(LAYOUT)?.strip_prefix(b" ")?;
-        let mut word = || -> Option<&[u8]> {
+        let stored = Stored::read(text)?;
+        Some(Definition {
+            spec: stored.spec.to_vec(),
+            zone: stored.zone.to_vec(),
+            jitter_ms: stored.jitter_ms,
+            from_ms: stored.from_ms,
+            until_ms: stored.until_ms,
+            anchor_ms: stored.anchor_ms,
+            next_ms: stored.next_ms,
+            payload: stored.payload.map(|(k, v)| (k.to_vec(), v.to_vec())),
+        })
+    }
+}
+
+/// A stored definition read in place, without copying its strings: what a
+/// release reads to arm the next occurrence, which then writes the same
+/// text back with only `next_ms` changed (`with_next`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stored<'t> {
+    text: &'t [u8],
+    /// Where `next_ms`'s digits are in `text`.
+    next_at: (usize, usize),
+    pub spec: &'t [u8],
+    pub zone: &'t [u8],
+    pub jitter_ms: u64,
+    pub from_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    pub anchor_ms: i64,
+    pub next_ms: i64,
+    pub payload: Option<(&'t [u8], &'t [u8])>,
+}
+
+impl<'t> Stored<'t> {
+    /// Reads what `Definition::encode` wrote; `None` for anything else.
+    pub fn read(text: &'t [u8]) -> Option<Stored<'t>> {
+        let after_layout = text.strip_prefix(LAYOUT)?.strip_prefix(b" ")?;
+        let mut at = text.len() - after_layout.len();
+        let mut word = || -> Option<(&'t [u8], usize)> {
+            let rest = &text[at..];
             let end = rest.iter().position(|&b| b == b' ')?;
-            let (w, tail) = rest.split_at(end);
-            rest = &tail[1..];
-            Some(w)
+            let start = at;
+            at += end + 1;
+            Some((&rest[..end], start))
         };
-        let jitter_ms = canonical_u64(word()?, u64::MAX)?;
+        let jitter_ms = canonical_u64(word()?.0, u64::MAX)?;
         let opt = |w: &[u8]| -> Option<Option<i64>> {
             if w == b"-" {
                 Some(None)
@@ -275,32 +309,32 @@ impl Definition {
                 canonical_i64(w).map(Some)
             }
         };
-        let from_ms = opt(word()?)?;
-        let until_ms = opt(word()?)?;
-        let anchor_ms = canonical_i64(word()?)?;
-        let next_ms = canonical_i64(word()?)?;
-        let mut strings = Vec::with_capacity(4);
+        let from_ms = opt(word()?.0)?;
+        let until_ms = opt(word()?.0)?;
+        let anchor_ms = canonical_i64(word()?.0)?;
+        let (next, next_start) = word()?;
+        let next_ms = canonical_i64(next)?;
+        let mut rest = &text[at..];
+        let mut strings: [&[u8]; 4] = [&[]; 4];
+        let mut count = 0;
         while !rest.is_empty() {
             let colon = rest.iter().position(|&b| b == b':')?;
             let len = usize::try_from(canonical_u64(&rest[..colon], u64::MAX)?).ok()?;
             let body = rest.get(colon + 1..)?;
-            strings.push(body.get(..len)?.to_vec());
+            *strings.get_mut(count)? = body.get(..len)?;
+            count += 1;
             rest = &body[len..];
         }
-        let mut strings = strings.into_iter();
-        let spec = strings.next()?;
-        let zone = strings.next()?;
-        let payload = match (strings.next(), strings.next()) {
-            (None, None) => None,
-            (Some(key), Some(value)) => Some((key, value)),
+        let payload = match count {
+            2 => None,
+            4 => Some((strings[2], strings[3])),
             _ => return None,
         };
-        if strings.next().is_some() {
-            return None;
-        }
-        Some(Definition {
-            spec,
-            zone,
+        Some(Stored {
+            text,
+            next_at: (next_start, next_start + next.len()),
+            spec: strings[0],
+            zone: strings[1],
             jitter_ms,
             from_ms,
             until_ms,
@@ -309,6 +343,128 @@ impl Definition {
             payload,
         })
     }
+
+    /// See [`Definition::after_release`].
+    pub fn after_release(
+        &self,
+        spec: &Spec,
+        zone: &Zone,
+        released_ms: i64,
+        now_ms: i64,
+    ) -> Option<i64> {
+        after_release(
+            spec,
+            zone,
+            (self.anchor_ms, self.jitter_ms, self.until_ms),
+            released_ms,
+            now_ms,
+        )
+    }
+
+    /// The stored text with `next_ms` in place of its own: what `encode`
+    /// writes for the same definition armed at `next_ms`.
+    pub fn with_next(&self, next_ms: i64) -> Vec<u8> {
+        let (start, end) = self.next_at;
+        let mut out = Vec::with_capacity(self.text.len() + 20);
+        out.extend_from_slice(&self.text[..start]);
+        put_i64(&mut out, next_ms);
+        out.extend_from_slice(&self.text[end..]);
+        out
+    }
+}
+
+/// The rule of [`Definition::after_release`], for a definition anchored at
+/// `anchor_ms` with `jitter_ms` and `until_ms`.
+fn after_release(
+    spec: &Spec,
+    zone: &Zone,
+    (anchor_ms, jitter_ms, until_ms): (i64, u64, Option<i64>),
+    released_ms: i64,
+    now_ms: i64,
+) -> Option<i64> {
+    let next = spec.next_after(zone, anchor_ms, released_ms)?;
+    let window_end = next.saturating_add(i64::try_from(jitter_ms).unwrap_or(i64::MAX));
+    let next = if window_end >= now_ms {
+        next
+    } else {
+        spec.next_after(zone, anchor_ms, now_ms)?
+    };
+    until_ms.is_none_or(|until| next <= until).then_some(next)
+}
+
+/// How many parsed specs and zones `parsed` keeps: the releases of a
+/// schedule whose definitions share a few specs parse none of them again.
+const PARSED_CACHE: usize = 16;
+
+/// A remembered parse: the stored spec and zone texts, and what they parse to.
+type ParsedEntry = (Vec<u8>, Vec<u8>, Spec, Zone);
+
+thread_local! {
+    /// The last specs and zones parsed by `parsed`, by their stored text
+    /// (parsing is pure: an entry never goes stale). Most recent first.
+    static PARSED: std::cell::RefCell<Vec<ParsedEntry>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A stored spec and zone (empty: UTC) parsed, `None` when they no longer
+/// parse (a hand-written hash); remembered for the next release.
+pub fn parsed(spec_text: &[u8], zone_text: &[u8]) -> Option<(Spec, Zone)> {
+    let hit = PARSED.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let at = cache
+            .iter()
+            .position(|(s, z, _, _)| s.as_slice() == spec_text && z.as_slice() == zone_text)?;
+        if at > 0 {
+            let entry = cache.remove(at);
+            cache.insert(0, entry);
+        }
+        cache
+            .first()
+            .map(|(_, _, spec, zone)| (spec.clone(), zone.clone()))
+    });
+    if hit.is_some() {
+        return hit;
+    }
+    let spec = parse_spec(spec_text).ok()?;
+    let zone = if zone_text.is_empty() {
+        Zone::utc()
+    } else {
+        parse_zone(zone_text).ok()?
+    };
+    PARSED.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        cache.truncate(PARSED_CACHE - 1);
+        cache.insert(
+            0,
+            (
+                spec_text.to_vec(),
+                zone_text.to_vec(),
+                spec.clone(),
+                zone.clone(),
+            ),
+        );
+    });
+    Some((spec, zone))
+}
+
+fn put_i64(out: &mut Vec<u8>, value: i64) {
+    let mut digits = [0u8; 20];
+    out.extend_from_slice(i64_text(value, &mut digits));
+}
+
+fn put_u64(out: &mut Vec<u8>, value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// The member name of the occurrence of `id` at `nominal_ms`.
@@ -316,7 +472,7 @@ pub fn occurrence(id: &[u8], nominal_ms: i64) -> Vec<u8> {
     let mut name = Vec::with_capacity(id.len() + 21);
     name.extend_from_slice(id);
     name.push(AT);
-    name.extend_from_slice(nominal_ms.to_string().as_bytes());
+    put_i64(&mut name, nominal_ms);
     name
 }
 
@@ -524,6 +680,71 @@ mod tests {
         assert!(d.same_as(&other));
         other.jitter_ms += 1;
         assert!(!d.same_as(&other));
+    }
+
+    #[test]
+    fn a_stored_definition_read_in_place_rearms_to_what_encode_writes() {
+        let r = request(
+            b"cron:0 9 * * MON-FRI",
+            &[b"TZ", b"America/New_York", b"JITTER", b"60000"],
+        );
+        let with_payload = Definition::first(
+            &r,
+            Some((b"{q}:jobs".to_vec(), b"a:b 1:\0\xff".to_vec())),
+            T0,
+        )
+        .unwrap();
+        let mut bounded = Definition::first(&request(b"every:1000", &[]), None, T0).unwrap();
+        bounded.from_ms = Some(-5);
+        bounded.until_ms = Some(T0 * 2);
+        for d in [with_payload, bounded] {
+            let text = d.encode();
+            let stored = Stored::read(&text).unwrap();
+            assert_eq!(Definition::decode(&text), Some(d.clone()));
+            assert_eq!((stored.spec, stored.zone), (&d.spec[..], &d.zone[..]));
+            assert_eq!(
+                stored.payload,
+                d.payload.as_ref().map(|(k, v)| (&k[..], &v[..]))
+            );
+            for next in [0, -1, 7, T0 + 60_000, i64::MAX, i64::MIN] {
+                let mut moved = d.clone();
+                moved.next_ms = next;
+                assert_eq!(stored.with_next(next), moved.encode(), "{next}");
+            }
+            let (spec, zone) = parsed(stored.spec, stored.zone).unwrap();
+            for now in [d.next_ms, d.next_ms + 3_600_000] {
+                assert_eq!(
+                    stored.after_release(&spec, &zone, d.next_ms, now),
+                    d.after_release(&spec, &zone, d.next_ms, now)
+                );
+            }
+        }
+        // Extra strings after the payload, or half a payload: refused.
+        let text = Definition::first(&request(b"every:1000", &[]), None, T0)
+            .unwrap()
+            .encode();
+        for tail in [&b"1:k"[..], b"1:k1:v1:x"] {
+            let mut bad = text.clone();
+            bad.extend_from_slice(tail);
+            assert_eq!(Stored::read(&bad), None);
+        }
+    }
+
+    #[test]
+    fn parsed_specs_and_zones_are_remembered_and_equal_a_fresh_parse() {
+        for _ in 0..2 {
+            for i in 0..(PARSED_CACHE + 3) {
+                let text = format!("every:{}", 1000 + i);
+                let (spec, zone) = parsed(text.as_bytes(), b"").unwrap();
+                assert_eq!(spec, parse_spec(text.as_bytes()).unwrap());
+                assert_eq!(zone.name(), "UTC");
+            }
+            let (spec, zone) = parsed(b"cron:*/5 * * * *", b"Europe/Berlin").unwrap();
+            assert_eq!(spec, parse_spec(b"cron:*/5 * * * *").unwrap());
+            assert_eq!(zone.name(), "Europe/Berlin");
+            assert!(parsed(b"cron:*/5 * * * *", b"Mars/Olympus").is_none());
+            assert!(parsed(b"every:1", b"").is_none());
+        }
     }
 
     #[test]
