@@ -209,24 +209,22 @@ pub fn arm_after_release(
         let Some((id, nominal_ms)) = parse_occurrence(member) else {
             continue;
         };
-        let Some(text) = defs.hget(id) else {
-            continue;
-        };
-        let Some(stored) = Stored::read(&text) else {
-            continue;
-        };
-        if stored.next_ms != nominal_ms {
-            continue;
-        }
-        let Some((spec, zone)) = parsed(stored.spec, stored.zone) else {
-            continue;
-        };
-        match stored.after_release(&spec, &zone, nominal_ms, now_ms) {
-            Some(next_ms) => arming.arm(id, &stored, next_ms),
-            None => {
-                arming.flush();
-                defs.hdel(id);
+        // One string of the id for the read and the definition's write.
+        let id_name = OwnedName::new(ctx, id);
+        let done = defs.hget_with(id_name.arg(), |text| {
+            let stored = Stored::read(text).filter(|s| s.next_ms == nominal_ms)?;
+            let (spec, zone) = parsed(stored.spec, stored.zone)?;
+            match stored.after_release(&spec, &zone, nominal_ms, now_ms) {
+                Some(next_ms) => {
+                    arming.arm(id, &id_name, &stored, next_ms);
+                    Some(false)
+                }
+                None => Some(true),
             }
+        });
+        if done == Some(Some(true)) {
+            arming.flush();
+            defs.hdel(id);
         }
     }
     arming.flush();
@@ -258,20 +256,21 @@ impl<'k, 'a> Arming<'k, 'a> {
     /// `arm`'s writes for the definition `stored` of `id` armed at
     /// `next_ms`: the occurrence with a fresh jitter draw, its payload, the
     /// definition.
-    fn arm(&mut self, id: &[u8], stored: &Stored, next_ms: i64) {
+    fn arm(&mut self, id: &[u8], id_name: &OwnedName, stored: &Stored, next_ms: i64) {
         let jitter_ms = uniform_inclusive(&mut rand::rng(), stored.jitter_ms);
         let fire_at_ms = next_ms.saturating_add(i64::try_from(jitter_ms).unwrap_or(i64::MAX));
-        let name = occurrence(id, next_ms);
-        let member = OwnedName::new(self.ctx, &name);
+        // One string of the occurrence for the schedule and the payload.
+        let member = OwnedName::new(self.ctx, &occurrence(id, next_ms));
+        let field = stored.payload.map(|_| member.retained());
         // The schedule is a sorted set or, emptied by the release, missing:
         // the add cannot be refused.
         let _ = self
             .schedule
             .zadd_deferred(fire_at_ms, member, &mut self.zadds);
-        if let Some((key, value)) = stored.payload {
+        if let (Some((key, value)), Some(field)) = (stored.payload, field) {
             if key == self.defs.name().as_slice() {
                 if matches!(self.defs.kind(), Kind::Hash | Kind::Missing) {
-                    self.defs.hset_deferred(&name, value, &mut self.def_sets);
+                    self.defs.hset_deferred(field, value, &mut self.def_sets);
                 }
             } else {
                 let at = match self.payloads.iter().position(|(k, _, _)| k == key) {
@@ -287,12 +286,15 @@ impl<'k, 'a> Arming<'k, 'a> {
                 // A payload key someone made another type is left alone: the
                 // occurrence still runs, as a job whose payload is missing.
                 if matches!(key.kind(), Kind::Hash | Kind::Missing) {
-                    key.hset_deferred(&name, value, effects);
+                    key.hset_deferred(field, value, effects);
                 }
             }
         }
-        self.defs
-            .hset_deferred(id, &stored.with_next(next_ms), &mut self.def_sets);
+        self.defs.hset_deferred(
+            id_name.retained(),
+            &stored.with_next(next_ms),
+            &mut self.def_sets,
+        );
     }
 
     /// Sends the held effects: the schedule's, each payload key's, the

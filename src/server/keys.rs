@@ -119,6 +119,19 @@ impl OwnedName {
         unsafe { &*ptr::from_ref(&self.ptr).cast::<Arg>() }
     }
 
+    /// Another owner of the same string (the server counts its references):
+    /// each is freed on its own, so one string can be an argument of two
+    /// held commands.
+    pub fn retained(&self) -> OwnedName {
+        // SAFETY: a live string made with this context; RetainString adds a
+        // reference that the new owner's Drop gives back.
+        unsafe { api!(RedisModule_RetainString)(self.ctx, self.ptr) };
+        OwnedName {
+            ctx: self.ctx,
+            ptr: self.ptr,
+        }
+    }
+
     /// The string, which the caller now frees (with this context).
     fn into_raw(self) -> *mut RedisModuleString {
         let this = std::mem::ManuallyDrop::new(self);
@@ -578,9 +591,10 @@ impl<'a> Key<'a> {
     }
 
     /// `HSET key field value` applied now, its effects held in `effects` (a
-    /// `Deferred::hset`) for `flush`. The caller has checked the type.
-    pub fn hset_deferred(&self, field: &[u8], value: &[u8], effects: &mut Deferred) {
-        let f = self.bytes_string(field);
+    /// `Deferred::hset`) for `flush`, which frees `field` (a string the
+    /// caller may share with another held command, `OwnedName::retained`).
+    /// The caller has checked the type.
+    pub fn hset_deferred(&self, field: OwnedName, value: &[u8], effects: &mut Deferred) {
         let v = self.bytes_string(value);
         // SAFETY: a live write handle of a missing key or a hash; one
         // field/value pair of live strings (copied) then the ending NULL.
@@ -588,12 +602,12 @@ impl<'a> Key<'a> {
             api!(RedisModule_HashSet)(
                 self.ptr,
                 raw::REDISMODULE_HASH_NONE as c_int,
-                f,
+                field.ptr,
                 v,
                 ptr::null_mut::<RedisModuleString>(),
             );
         }
-        effects.strings.push(f);
+        effects.strings.push(field.into_raw());
         effects.strings.push(v);
     }
 
@@ -914,6 +928,34 @@ impl<'a> Key<'a> {
 
     /// The value of `field` in a hash key: `None` when the key is missing,
     /// not a hash, or has no such field.
+    /// `HGET key field` read in place: `read` sees the value's bytes, which
+    /// are freed after it; `None` when the field (or the hash) is missing.
+    pub fn hget_with<R>(&self, field: &Arg, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if self.kind() != Kind::Hash {
+            return None;
+        }
+        let mut value: *mut RedisModuleString = ptr::null_mut();
+        // SAFETY: a live handle of a hash; one field/value-pointer pair then
+        // the NULL that ends the variadic list. The value, when set, is a
+        // new string (a copy: writes to the hash leave it alone) freed below.
+        unsafe {
+            api!(RedisModule_HashGet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.0,
+                &mut value as *mut *mut RedisModuleString,
+                ptr::null_mut::<RedisModuleString>(),
+            );
+        }
+        if value.is_null() {
+            return None;
+        }
+        let out = read(Arg(value).as_slice());
+        // SAFETY: made by HashGet for this call, freed once.
+        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, value) };
+        Some(out)
+    }
+
     pub fn hget(&self, field: &[u8]) -> Option<Vec<u8>> {
         if self.kind() != Kind::Hash {
             return None;

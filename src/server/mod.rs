@@ -30,6 +30,7 @@ macro_rules! for_each_api {
             RedisModule_DeleteKey,
             RedisModule_FreeString,
             RedisModule_CreateString,
+            RedisModule_RetainString,
             RedisModule_StringPtrLen,
             RedisModule_SignalModifiedKey,
             RedisModule_NotifyKeyspaceEvent,
