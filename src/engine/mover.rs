@@ -117,8 +117,7 @@ pub fn move_due(
     let allowance = release::allowance(ctx, schedule, pending_name)?;
     // The recurring definitions, when the schedule has any: their released
     // occurrences arm the next ones in this same step.
-    let defs = recurring::definitions(ctx, schedule.as_slice());
-    let mut occurrences = defs.as_ref().map(|_| Vec::new());
+    let mut occurrences = Occurrences::new(ctx, schedule.as_slice());
     if groups::grouped(ctx, schedule.as_slice())? {
         let moved = move_grouped(
             ctx,
@@ -129,9 +128,9 @@ pub fn move_due(
             now_ms,
             time_limit,
             allowance,
-            occurrences.as_mut(),
+            &mut occurrences,
         )?;
-        arm_released(ctx, &schedule_key, defs, occurrences, now_ms);
+        occurrences.arm(&schedule_key, now_ms);
         return Ok(moved);
     }
     let mut moved = take_due(
@@ -141,30 +140,57 @@ pub fn move_due(
         now_ms,
         batch,
         deadline,
-        occurrences.as_mut(),
+        &mut occurrences,
     );
     if let Some(allowance) = allowance {
         let still_due = !schedule_key.zset_due(now_ms as f64, 1).is_empty();
         book(ctx, schedule, &allowance, &mut moved, limit, still_due);
     }
-    arm_released(ctx, &schedule_key, defs, occurrences, now_ms);
+    occurrences.arm(&schedule_key, now_ms);
     Ok(moved)
 }
 
-/// Arms the next occurrence of each definition whose armed one was among
-/// the members just released (`recurring::arm_after_release`), after the
-/// release's own effects. An armed occurrence already due waits for the
-/// next move.
-fn arm_released(
-    ctx: &Context,
-    schedule_key: &Key,
-    defs: Option<Key>,
-    released: Option<Vec<Vec<u8>>>,
-    now_ms: i64,
-) {
-    if let (Some(defs), Some(released)) = (defs, released) {
-        if !released.is_empty() {
-            recurring::arm_after_release(ctx, schedule_key, &defs, &released, now_ms);
+/// The names released by one move that may be occurrences of recurring
+/// definitions. The schedule's definitions hash is looked up when the move
+/// first releases something, not before: a move that finds nothing due (the
+/// timer's idle pairs, every tick) opens no key for it, and a schedule
+/// without definitions copies no name.
+struct Occurrences<'a> {
+    ctx: &'a Context,
+    schedule: &'a [u8],
+    /// `None` until looked up; then the hash, when there is one.
+    defs: Option<Option<Key<'a>>>,
+    names: Vec<Vec<u8>>,
+}
+
+impl<'a> Occurrences<'a> {
+    fn new(ctx: &'a Context, schedule: &'a [u8]) -> Self {
+        Occurrences {
+            ctx,
+            schedule,
+            defs: None,
+            names: Vec::new(),
+        }
+    }
+
+    /// Whether the names released must be kept: the schedule has
+    /// definitions (looked up at the first call).
+    fn wanted(&mut self) -> bool {
+        let (ctx, schedule) = (self.ctx, self.schedule);
+        self.defs
+            .get_or_insert_with(|| recurring::definitions(ctx, schedule))
+            .is_some()
+    }
+
+    /// Arms the next occurrence of each definition whose armed one was among
+    /// the members released (`recurring::arm_after_release`), after the
+    /// release's own effects. An armed occurrence already due waits for the
+    /// next move.
+    fn arm(self, schedule_key: &Key, now_ms: i64) {
+        if let Some(Some(defs)) = &self.defs {
+            if !self.names.is_empty() {
+                recurring::arm_after_release(self.ctx, schedule_key, defs, &self.names, now_ms);
+            }
         }
     }
 }
@@ -217,7 +243,7 @@ fn move_grouped(
     now_ms: i64,
     time_limit: TimeLimit,
     allowance: Option<Allowance<'_>>,
-    mut occurrences: Option<&mut Vec<Vec<u8>>>,
+    occurrences: &mut Occurrences,
 ) -> Result<Moved, RedisError> {
     let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
     let (batch, deadline) = match time_limit {
@@ -242,9 +268,9 @@ fn move_grouped(
         )?;
         let release = outcome.release;
         let found = release.released.len();
-        let named = occurrences.as_ref().map_or(0, |names| names.len());
-        if let Some(names) = occurrences.as_deref_mut() {
-            names.extend(
+        let named = occurrences.names.len();
+        if found > 0 && occurrences.wanted() {
+            occurrences.names.extend(
                 release
                     .released
                     .iter()
@@ -253,10 +279,8 @@ fn move_grouped(
         }
         let (pushed, earliest_ms) =
             push_released(ctx, schedule, schedule_key, pending, release.released)?;
-        if let Some(names) = occurrences.as_deref_mut() {
-            // Only what went into pending was released.
-            names.truncate(named + pushed);
-        }
+        // Only what went into pending was released.
+        occurrences.names.truncate(named + pushed);
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = earliest_ms;
         }
@@ -342,7 +366,7 @@ fn take_due(
     now_ms: i64,
     batch: u64,
     deadline: Option<Instant>,
-    mut occurrences: Option<&mut Vec<Vec<u8>>>,
+    occurrences: &mut Occurrences,
 ) -> Moved {
     let mut moved = Moved::default();
     while moved.count < limit {
@@ -366,8 +390,8 @@ fn take_due(
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = due.earliest_score();
         }
-        if let Some(names) = occurrences.as_deref_mut() {
-            names.extend(due.names());
+        if !due.is_empty() && occurrences.wanted() {
+            occurrences.names.extend(due.names());
         }
         moved.count += due.len() as u64;
         if (due.len() as u64) < found {

@@ -174,8 +174,9 @@ pub fn list(ctx: &Context, schedule: &Arg) -> Result<Vec<Listed>, RedisError> {
 }
 
 /// The definitions hash of `schedule` when it has one: the move of due
-/// jobs asks once per release, so a schedule without recurring jobs pays
-/// one key lookup and nothing per member.
+/// jobs asks once per release, when it first moves a member, so a schedule
+/// without recurring jobs pays one key lookup a release that moves
+/// something, none for one that finds nothing due, and nothing per member.
 pub fn definitions<'a>(ctx: &'a Context, schedule: &[u8]) -> Option<Key<'a>> {
     let name = defs_name(ctx, schedule)?;
     let defs = Key::open_write_owned(ctx, OwnedName::new(ctx, &name));
