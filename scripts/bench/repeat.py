@@ -24,12 +24,13 @@ With --repeat-ab-module SO (another build with recurring jobs), the lanes
 also run on two servers of the section's own, this build and SO,
 interleaved by round with bench.sh's: each lane's ratio this build ÷ SO.
 
-(b) With --repeat-old-module SO (main's build before recurring jobs): a
-plain promote on a schedule with no definitions, which now looks up the
-definitions hash once per release: 1000 pipelined ECHO.PROMOTEs finding
-nothing due (1000 future members), and promotes of 1000 due members, on
-two servers of this section's own (this build, SO) and bench.sh's,
-interleaved by round; bench.sh's ÷ own (same build) is the A/A control.
+(b) A plain promote on a schedule with no definitions, which looks up the
+definitions hash when a release moves something (9603c79; every release
+before it): 1000 pipelined ECHO.PROMOTEs finding nothing due (1000 future
+members), and promotes of 1000 due members. With --repeat-old-module SO
+(main's build before recurring jobs) also on two servers of this
+section's own (this build, SO), interleaved by round with bench.sh's;
+bench.sh's ÷ own (same build) is the A/A control.
 
 (c) Memory: 100,000 definitions `cron:0 * * * * JITTER 300000` without and
 with a 100-byte PAYLOAD, against 100,000 plain scheduled members (ZADD) and
