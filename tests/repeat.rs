@@ -208,6 +208,28 @@ fn each_release_arms_the_next_and_a_retried_occurrence_arms_nothing() {
 }
 
 #[test]
+fn an_occurrence_released_into_a_stream_is_an_entry_and_arms_the_next() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = q!(&mut con, "XGROUP", "CREATE", P, "workers", "0", "MKSTREAM");
+    let from = (now_ms(&mut con) - 2500).to_string();
+    repeat(&mut con, &["s", "every:1000", "FROM", &from]);
+    let first = members(&mut con).into_keys().next().unwrap();
+    sleep(Duration::from_millis(600));
+    let moved: i64 = q!(&mut con, "ECHO.PROMOTE", S, P);
+    assert_eq!(moved, 1);
+    let entries: Vec<(String, Vec<(String, String)>)> = q!(&mut con, "XRANGE", P, "-", "+");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].1, [("job".to_string(), first.clone())]);
+    let armed = members(&mut con);
+    assert_eq!(armed.len(), 1);
+    assert_eq!(
+        nominal(armed.keys().next().unwrap()),
+        nominal(&first) + 1000
+    );
+}
+
+#[test]
 fn the_timer_and_racing_promoters_release_every_occurrence_exactly_once() {
     let server = Server::start();
     let mut con = server.conn();

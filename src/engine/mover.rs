@@ -115,10 +115,9 @@ pub fn move_due(
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
     let allowance = release::allowance(ctx, schedule, pending_name)?;
-    // The recurring definitions, when the schedule has any: their released
-    // occurrences arm the next ones in this same step.
-    let defs = recurring::definitions(ctx, schedule.as_slice());
-    let mut occurrences = defs.as_ref().map(|_| Vec::new());
+    // Released occurrences of recurring definitions arm the next ones in
+    // this same step.
+    let mut arming = recurring::Arming::new(ctx, schedule.as_slice());
     if groups::grouped(ctx, schedule.as_slice())? {
         let moved = move_grouped(
             ctx,
@@ -129,9 +128,9 @@ pub fn move_due(
             now_ms,
             time_limit,
             allowance,
-            occurrences.as_mut(),
+            &mut arming,
         )?;
-        arm_released(ctx, &schedule_key, defs, occurrences, now_ms);
+        arming.arm(&schedule_key, now_ms);
         return Ok(moved);
     }
     let mut moved = take_due(
@@ -141,32 +140,14 @@ pub fn move_due(
         now_ms,
         batch,
         deadline,
-        occurrences.as_mut(),
+        &mut arming,
     );
     if let Some(allowance) = allowance {
         let still_due = !schedule_key.zset_due(now_ms as f64, 1).is_empty();
         book(ctx, schedule, &allowance, &mut moved, limit, still_due);
     }
-    arm_released(ctx, &schedule_key, defs, occurrences, now_ms);
+    arming.arm(&schedule_key, now_ms);
     Ok(moved)
-}
-
-/// Arms the next occurrence of each definition whose armed one was among
-/// the members just released (`recurring::arm_after_release`), after the
-/// release's own effects. An armed occurrence already due waits for the
-/// next move.
-fn arm_released(
-    ctx: &Context,
-    schedule_key: &Key,
-    defs: Option<Key>,
-    released: Option<Vec<Vec<u8>>>,
-    now_ms: i64,
-) {
-    if let (Some(defs), Some(released)) = (defs, released) {
-        if !released.is_empty() {
-            recurring::arm_after_release(ctx, schedule_key, &defs, &released, now_ms);
-        }
-    }
 }
 
 /// Books a move with the release limit (or hold) it passed. The limit bound
@@ -217,7 +198,7 @@ fn move_grouped(
     now_ms: i64,
     time_limit: TimeLimit,
     allowance: Option<Allowance<'_>>,
-    mut occurrences: Option<&mut Vec<Vec<u8>>>,
+    arming: &mut recurring::Arming,
 ) -> Result<Moved, RedisError> {
     let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
     let (batch, deadline) = match time_limit {
@@ -242,9 +223,9 @@ fn move_grouped(
         )?;
         let release = outcome.release;
         let found = release.released.len();
-        let named = occurrences.as_ref().map_or(0, |names| names.len());
-        if let Some(names) = occurrences.as_deref_mut() {
-            names.extend(
+        let noted = arming.noted();
+        if found > 0 && arming.wanted() {
+            arming.note(
                 release
                     .released
                     .iter()
@@ -253,10 +234,8 @@ fn move_grouped(
         }
         let (pushed, earliest_ms) =
             push_released(ctx, schedule, schedule_key, pending, release.released)?;
-        if let Some(names) = occurrences.as_deref_mut() {
-            // Only what went into pending was released.
-            names.truncate(named + pushed);
-        }
+        // Only what went into pending was released.
+        arming.keep(noted + pushed);
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = earliest_ms;
         }
@@ -342,7 +321,7 @@ fn take_due(
     now_ms: i64,
     batch: u64,
     deadline: Option<Instant>,
-    mut occurrences: Option<&mut Vec<Vec<u8>>>,
+    arming: &mut recurring::Arming,
 ) -> Moved {
     let mut moved = Moved::default();
     while moved.count < limit {
@@ -366,8 +345,8 @@ fn take_due(
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = due.earliest_score();
         }
-        if let Some(names) = occurrences.as_deref_mut() {
-            names.extend(due.names());
+        if !due.is_empty() && arming.wanted() {
+            arming.note(due.names());
         }
         moved.count += due.len() as u64;
         if (due.len() as u64) < found {
