@@ -17,6 +17,16 @@ const S: &str = "{r}:schedule";
 const P: &str = "{r}:pending";
 const JOBS: &str = "{r}:jobs";
 const DEFS: &str = "{r}:schedule:echomq-repeats";
+/// One definition as an application declares it at every start.
+const REPORT: &[&str] = &[
+    "report",
+    "every:60000",
+    "JITTER",
+    "5000",
+    "PAYLOAD",
+    JOBS,
+    "hello",
+];
 
 fn repeat(con: &mut Connection, args: &[&str]) -> i64 {
     let mut cmd = redis::cmd("ECHO.REPEAT");
@@ -75,18 +85,7 @@ fn a_definition_arms_one_occurrence_and_the_same_one_again_changes_nothing() {
     let server = Server::start();
     let mut con = server.conn();
     let before = now_ms(&mut con);
-    let fire = repeat(
-        &mut con,
-        &[
-            "report",
-            "every:60000",
-            "JITTER",
-            "5000",
-            "PAYLOAD",
-            JOBS,
-            "hello",
-        ],
-    );
+    let fire = repeat(&mut con, REPORT);
     let after = now_ms(&mut con);
     let armed = members(&mut con);
     assert_eq!(armed.len(), 1, "{armed:?}");
@@ -105,18 +104,7 @@ fn a_definition_arms_one_occurrence_and_the_same_one_again_changes_nothing() {
     // Declared again by another instance: nothing written, same answer.
     let digest_before = digest(&mut con);
     for _ in 0..3 {
-        let again = repeat(
-            &mut con,
-            &[
-                "report",
-                "every:60000",
-                "JITTER",
-                "5000",
-                "PAYLOAD",
-                JOBS,
-                "hello",
-            ],
-        );
+        let again = repeat(&mut con, REPORT);
         assert_eq!(again, fire);
     }
     assert_eq!(digest(&mut con), digest_before, "the same definition wrote");
