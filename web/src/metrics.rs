@@ -347,7 +347,7 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
         &mut out,
         "echomq_repeats",
         "gauge",
-        "Recurring definitions of {NAME}:schedule (ECHO.REPEATS), each with one occurrence armed",
+        "Recurring definitions of {NAME}:schedule (ECHO.REPEATS)",
         samples,
     );
     for (field, value) in &s.info {
