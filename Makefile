@@ -165,7 +165,7 @@ bench: build ## Benchmark against native commands and Lua (starts its own server
 
 # The herd made visible: a cohort without and with jitter, drawn in the
 # terminal and as an SVG. Starts its own server.
-demo: build ## Show the herd without and with jitter (starts its own server)
+demo: build ## Show the herd without and with jitter, and the calendar's herd of hourly jobs (starts its own server)
 	bash scripts/demo.sh
 
 lint: ## cargo fmt --check and clippy -D warnings, as CI runs them
