@@ -364,12 +364,21 @@ fn beside(ctx: &Context, schedule: &[u8], suffix: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Until when (server ms) `schedule` is held, if it is now. A hold key of
-/// another type, or holding no integer, holds nothing.
+/// another type, or holding no integer, holds nothing. Read for every
+/// ECHO.ADD, so its name is made on the stack (most names fit).
 pub fn held_until(ctx: &Context, schedule: &[u8]) -> Option<i64> {
-    let name = OwnedName::new(ctx, &beside(ctx, schedule, HOLD_SUFFIX)?);
+    let mut buffer = [0u8; NAME_ON_STACK];
+    let name = slots::derived_key_in(schedule, HOLD_SUFFIX, &mut buffer);
+    if context::in_cluster(ctx) && slots::key_slot(&name) != slots::key_slot(schedule) {
+        return None;
+    }
+    let name = OwnedName::new(ctx, &name);
     let key = Key::open_read(ctx, name.arg());
     key.string_i64().filter(|&until| until > now_ms())
 }
+
+/// The longest hold key name `held_until` makes without an allocation.
+const NAME_ON_STACK: usize = 192;
 
 /// `ECHO.HOLD`: the hold in force after it (0 for none). Writes the hold key
 /// (`SET key <until> PXAT <until>`) when the hold grows, deletes it for

@@ -15,6 +15,7 @@ use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::os::raw::{c_int, c_longlong};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use redis_module::{Context, RedisError};
@@ -125,6 +126,84 @@ impl Drop for OwnedName {
     }
 }
 
+/// The field of every stream entry a job makes, `job`: one string made at
+/// load and kept to unload (`init`, `release`), not one a call. The server
+/// copies it into each entry and takes a reference for each replicated
+/// `XADD`, so sharing it is what the API expects of a retained string.
+static JOB_FIELD: AtomicPtr<RedisModuleString> = AtomicPtr::new(ptr::null_mut());
+
+/// Whether `OpenKey` takes `NOSTATS` and `NONOTIFY` (Valkey, Redis 7.2+),
+/// read at load: then `open_probe` opens for reading, with no side effect.
+static QUIET_PROBE: AtomicBool = AtomicBool::new(false);
+
+/// At load: makes the `job` field and reads which open modes the server
+/// takes.
+pub fn init() {
+    let modes = raw::REDISMODULE_OPEN_KEY_NOSTATS | raw::REDISMODULE_OPEN_KEY_NONOTIFY;
+    // SAFETY: an optional API (Redis 7.2+, Valkey), called only when the
+    // server has it; no arguments.
+    let all = match unsafe { raw::RedisModule_GetOpenKeyModesAll } {
+        Some(all) => (unsafe { all() }) as u32,
+        None => 0,
+    };
+    QUIET_PROBE.store(all & modes == modes, Relaxed);
+    // SAFETY: a static 3-byte string, copied; no context: a string kept
+    // beyond any call, freed by `release`.
+    let field = unsafe { api!(RedisModule_CreateString)(ptr::null_mut(), c"job".as_ptr(), 3) };
+    free_job_field(JOB_FIELD.swap(field, Relaxed));
+}
+
+/// At unload: frees the `job` field.
+pub fn release() {
+    free_job_field(JOB_FIELD.swap(ptr::null_mut(), Relaxed));
+}
+
+fn free_job_field(field: *mut RedisModuleString) {
+    if !field.is_null() {
+        // SAFETY: made by `init` with no context, taken out of the static:
+        // freed once.
+        unsafe { api!(RedisModule_FreeString)(ptr::null_mut(), field) };
+    }
+}
+
+/// The `job` field for one write: the kept one, or (before `init`, which
+/// no command runs before) one made for the call and freed with it.
+struct JobField<'a> {
+    ctx: &'a Context,
+    ptr: *mut RedisModuleString,
+    made: bool,
+}
+
+impl<'a> JobField<'a> {
+    fn get(ctx: &'a Context) -> JobField<'a> {
+        let kept = JOB_FIELD.load(Relaxed);
+        if !kept.is_null() {
+            return JobField {
+                ctx,
+                ptr: kept,
+                made: false,
+            };
+        }
+        // SAFETY: a static 3-byte string; freed in Drop.
+        let ptr = unsafe { api!(RedisModule_CreateString)(ctx.ctx, c"job".as_ptr(), 3) };
+        JobField {
+            ctx,
+            ptr,
+            made: true,
+        }
+    }
+}
+
+impl Drop for JobField<'_> {
+    fn drop(&mut self) {
+        if self.made {
+            // SAFETY: made in `get` with this context; replicated commands
+            // hold their own references.
+            unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, self.ptr) };
+        }
+    }
+}
+
 /// An open key and its name, closed when dropped.
 pub struct Key<'a> {
     ctx: &'a Context,
@@ -146,6 +225,23 @@ impl<'a> Key<'a> {
     /// methods below treat as empty.
     pub fn open_read(ctx: &'a Context, name: &'a Arg) -> Key<'a> {
         Key::open(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    /// Opens `name` only to learn its type, with the side effects of a
+    /// write open, that is none (no keyspace hit or miss, no `keymiss`
+    /// event): for reading with `NOSTATS` and `NONOTIFY` where the server
+    /// takes them, so a missing key costs its lookup and no handle; for
+    /// writing elsewhere (Redis 7.0).
+    pub fn open_probe(ctx: &'a Context, name: &'a Arg) -> Key<'a> {
+        let mode = match QUIET_PROBE.load(Relaxed) {
+            true => {
+                raw::REDISMODULE_READ
+                    | raw::REDISMODULE_OPEN_KEY_NOSTATS
+                    | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+            }
+            false => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        };
+        Key::open(ctx, name, mode)
     }
 
     /// Opens the key a name the module made names, for reading and writing,
@@ -581,12 +677,11 @@ impl<'a> Key<'a> {
     /// of `xadd_jobs` then `publish`; `StreamFull` (nothing written) when the
     /// stream's IDs have run out. The caller has checked the type.
     pub fn xadd_job(&self, job: &Arg) -> Result<(), ReplyError> {
-        let strings = std::slice::from_ref(&job.0);
-        let appended = self.append_entries(strings);
-        if appended.ids.is_empty() {
-            return Err(ReplyError::StreamFull);
-        }
-        self.publish_strings(appended, strings);
+        let field = JobField::get(self.ctx);
+        let id = self
+            .append_entry(field.ptr, job.0)
+            .ok_or(ReplyError::StreamFull)?;
+        self.publish_entries(field.ptr, std::iter::once((id, job.0)));
         Ok(())
     }
 
@@ -595,34 +690,41 @@ impl<'a> Key<'a> {
     /// to be sent.
     fn append_entries(&self, strings: &[*mut RedisModuleString]) -> Appended {
         let mut ids = Vec::with_capacity(strings.len());
-        // SAFETY: a static 3-byte string; freed below, after its last use.
-        let field = unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, c"job".as_ptr(), 3) };
+        let field = JobField::get(self.ctx);
         for &member in strings {
-            let mut fields = [field, member];
-            let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
-            // SAFETY: a live write handle of a stream (checked by the caller);
-            // `fields` holds one field-value pair of live strings, which the
-            // server copies.
-            let status = unsafe {
-                api!(RedisModule_StreamAdd)(
-                    self.ptr,
-                    raw::REDISMODULE_STREAM_ADD_AUTOID as c_int,
-                    &mut id,
-                    fields.as_mut_ptr(),
-                    1,
-                )
-            };
-            if status != raw::REDISMODULE_OK as c_int {
+            let Some(id) = self.append_entry(field.ptr, member) else {
                 break;
-            }
-            ids.push(StreamId {
-                ms: id.ms,
-                seq: id.seq,
-            });
+            };
+            ids.push(id);
         }
-        // SAFETY: created above and no longer used.
-        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, field) };
         Appended { ids }
+    }
+
+    /// Appends the entry `<field> <member>`: its ID, or `None` when the
+    /// stream refused it (its IDs exhausted), nothing written.
+    fn append_entry(
+        &self,
+        field: *mut RedisModuleString,
+        member: *mut RedisModuleString,
+    ) -> Option<StreamId> {
+        let mut fields = [field, member];
+        let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
+        // SAFETY: a live write handle of a stream (checked by the caller);
+        // `fields` holds one field-value pair of live strings, which the
+        // server copies.
+        let status = unsafe {
+            api!(RedisModule_StreamAdd)(
+                self.ptr,
+                raw::REDISMODULE_STREAM_ADD_AUTOID as c_int,
+                &mut id,
+                fields.as_mut_ptr(),
+                1,
+            )
+        };
+        (status == raw::REDISMODULE_OK as c_int).then_some(StreamId {
+            ms: id.ms,
+            seq: id.seq,
+        })
     }
 
     /// The effects of `xadd_jobs`: the signal (closing the key then wakes
@@ -630,29 +732,39 @@ impl<'a> Key<'a> {
     /// `XADD key <ms>-<seq> job <member>` per entry with the very ID the
     /// primary chose, so a replica holds the same entries and last ID.
     pub fn publish(&self, appended: Appended, members: &Members) {
-        self.publish_strings(appended, &members.ptrs);
-    }
-
-    fn publish_strings(&self, appended: Appended, strings: &[*mut RedisModuleString]) {
         if appended.ids.is_empty() {
             return;
         }
+        let field = JobField::get(self.ctx);
+        self.publish_entries(
+            field.ptr,
+            appended
+                .ids
+                .iter()
+                .copied()
+                .zip(members.ptrs.iter().copied()),
+        );
+    }
+
+    /// `publish` of entries, each its ID and member, at least one.
+    fn publish_entries(
+        &self,
+        field: *mut RedisModuleString,
+        entries: impl ExactSizeIterator<Item = (StreamId, *mut RedisModuleString)>,
+    ) {
         self.signal();
-        for _ in &appended.ids {
+        for _ in 0..entries.len() {
             self.notify(raw::REDISMODULE_NOTIFY_STREAM, c"xadd");
         }
-        // The field as one string for all entries ("s": the server takes a
-        // reference), not "c", which made a new string object and measured
-        // its C string for each of them.
-        // SAFETY: a static 3-byte string; freed below, after its last use.
-        let field = unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, c"job".as_ptr(), 3) };
         // On the stack: a heap string per entry was a tenth of a promote of 1000.
         let mut ids = IdPrinter::new();
-        for (&id, &member) in appended.ids.iter().zip(strings) {
+        for (id, member) in entries {
             let text = ids.print(id);
             // SAFETY: "sbss": a string, a buffer as pointer and length, and
             // two strings, all live for the call, which copies the buffer and
-            // takes references to the strings.
+            // takes references to the strings (the field as one string for
+            // all entries, not "c", which made a new string object and
+            // measured its C string for each).
             unsafe {
                 api!(RedisModule_Replicate)(
                     self.ctx.ctx,
@@ -666,8 +778,6 @@ impl<'a> Key<'a> {
                 )
             };
         }
-        // SAFETY: created above; the replicated commands hold their own references.
-        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, field) };
     }
 
     /// The integer a string key holds: `None` when the key is missing, of
