@@ -464,7 +464,16 @@ impl<'a> Key<'a> {
     /// The effects of `ZREM key m1..mk` for members `zrem_deferred_each`
     /// took out: the signal, the events (`del` when the set emptied) and
     /// the replication, once.
-    pub fn removed<'m>(&self, members: impl Iterator<Item = &'m Arg>) {
+    pub fn removed_all(&self, members: &[Arg]) {
+        if members.is_empty() {
+            return;
+        }
+        self.zrem_events();
+        self.replicate_strings(c"ZREM", arg_ptrs(members));
+    }
+
+    /// `removed_all` of members found one by one.
+    pub fn removed_each<'m>(&self, members: impl Iterator<Item = &'m Arg>) {
         let strings: Vec<*mut RedisModuleString> = members.map(|m| m.0).collect();
         if strings.is_empty() {
             return;
@@ -673,6 +682,13 @@ impl<'a> Key<'a> {
         appended
     }
 
+    /// `xadd_jobs` that keeps the members the stream refused (the caller
+    /// then copies what it needs of them and drops them with `keep_first`
+    /// before `publish`).
+    pub fn xadd_jobs_keeping(&self, members: &Members) -> Appended {
+        self.append_entries(&members.ptrs)
+    }
+
     /// `XADD key * job <job>` of a command's own argument, with the effects
     /// of `xadd_jobs` then `publish`; `StreamFull` (nothing written) when the
     /// stream's IDs have run out. The caller has checked the type.
@@ -732,7 +748,7 @@ impl<'a> Key<'a> {
     /// `XADD key <ms>-<seq> job <member>` per entry with the very ID the
     /// primary chose, so a replica holds the same entries and last ID.
     pub fn publish(&self, appended: Appended, members: &Members) {
-        if appended.ids.is_empty() {
+        if appended.is_empty() {
             return;
         }
         let field = JobField::get(self.ctx);
@@ -938,6 +954,17 @@ pub struct Appended {
     ids: Vec<StreamId>,
 }
 
+impl Appended {
+    /// How many entries went in.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
 /// A stream entry ID, `<ms>-<seq>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct StreamId {
@@ -1061,16 +1088,41 @@ unsafe fn take_string(ctx: *mut RedisModuleCtx, string: *mut RedisModuleString) 
 }
 
 impl Members {
-    /// Members the module holds as owned strings (released from groups),
-    /// in order, taken over without a copy.
-    pub fn from_names(ctx: &Context, names: impl Iterator<Item = OwnedName>) -> Members {
-        let mut made = Members::new(ctx.ctx);
-        made.ptrs.extend(names.map(|name| {
-            let name = std::mem::ManuallyDrop::new(name);
-            name.ptr
-        }));
-        made
+    /// No members yet: `push` takes them over.
+    pub fn empty(ctx: &Context) -> Members {
+        Members::new(ctx.ctx)
     }
+
+    /// Takes over `name` (released from a group), after the others, without
+    /// a copy.
+    pub fn push(&mut self, name: OwnedName) {
+        let name = std::mem::ManuallyDrop::new(name);
+        self.ptrs.push(name.ptr);
+    }
+
+    /// Makes room for `more` members.
+    pub fn reserve(&mut self, more: usize) {
+        self.ptrs.reserve(more);
+    }
+
+    /// The members as arguments, in order.
+    pub fn args(&self) -> &[Arg] {
+        // SAFETY: Arg is a transparent wrapper of the same pointer type, and
+        // the strings live as long as self.
+        unsafe { std::slice::from_raw_parts(self.ptrs.as_ptr().cast::<Arg>(), self.ptrs.len()) }
+    }
+
+    /// Keeps the first `len` members, freeing the rest (what a stream
+    /// refused, once the caller has copied what it needs of them).
+    pub fn keep_first(&mut self, len: usize) {
+        self.truncate(len);
+    }
+}
+
+/// Arguments as the pointers the server takes.
+fn arg_ptrs(args: &[Arg]) -> &[*mut RedisModuleString] {
+    // SAFETY: Arg is a transparent wrapper of the pointer: same layout.
+    unsafe { std::slice::from_raw_parts(args.as_ptr().cast(), args.len()) }
 }
 
 impl Drop for Members {
