@@ -10,8 +10,6 @@
 //! is missing on Redis 7.0, hence the slot function here (the cluster spec's
 //! CRC16 with hash tags).
 
-use std::borrow::Cow;
-
 pub const SLOTS: usize = 16384;
 
 /// The hash slot of `key`: CRC16 of the key, or of its `{tag}` when the key
@@ -43,25 +41,6 @@ pub fn derived_key(key: &[u8], suffix: &[u8]) -> Vec<u8> {
     }
     name.extend_from_slice(suffix);
     name
-}
-
-/// `derived_key` written into `buffer` when it fits, else made on the heap:
-/// a name a command makes and drops in one call need not be allocated.
-pub fn derived_key_in<'b>(key: &[u8], suffix: &[u8], buffer: &'b mut [u8]) -> Cow<'b, [u8]> {
-    let parts: [&[u8]; 4] = match has_tag(key) {
-        true => [key, suffix, b"", b""],
-        false => [b"{", key, b"}", suffix],
-    };
-    let mut len = 0;
-    for part in parts {
-        let end = len + part.len();
-        let Some(room) = buffer.get_mut(len..end) else {
-            return Cow::Owned(derived_key(key, suffix));
-        };
-        room.copy_from_slice(part);
-        len = end;
-    }
-    Cow::Borrowed(buffer.get(..len).unwrap_or_default())
 }
 
 pub fn has_tag(key: &[u8]) -> bool {

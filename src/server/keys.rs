@@ -16,6 +16,7 @@ use std::marker::PhantomData;
 use std::os::raw::{c_int, c_longlong};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError, TryLockError};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use redis_module::{Context, RedisError};
@@ -123,6 +124,94 @@ impl Drop for OwnedName {
     fn drop(&mut self) {
         // SAFETY: made by CreateString with this context, freed exactly once.
         unsafe { api!(RedisModule_FreeString)(self.ctx, self.ptr) };
+    }
+}
+
+/// A key name kept from one call to the next, made anew only when the bytes
+/// it is made from change: the hold key of the last schedule ECHO.ADD named
+/// (a queue's producers name the same one again and again). Only the name
+/// is kept; what the key holds is read at every use.
+pub struct KeptName {
+    kept: Mutex<Option<Kept>>,
+}
+
+struct Kept {
+    from: Vec<u8>,
+    /// Null: `from` has no such key (e.g. it cannot share its slot).
+    name: *mut RedisModuleString,
+}
+
+// SAFETY: the string is a plain server string with no context, made, read
+// and freed only under the mutex, by the server's main thread (the only one
+// that runs commands).
+unsafe impl Send for Kept {}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if !self.name.is_null() {
+            // SAFETY: made by `KeptName::with` with no context, freed once.
+            unsafe { api!(RedisModule_FreeString)(ptr::null_mut(), self.name) };
+        }
+    }
+}
+
+impl KeptName {
+    pub const fn new() -> KeptName {
+        KeptName {
+            kept: Mutex::new(None),
+        }
+    }
+
+    /// Calls `use_name` with the name `make` makes from `from` (`None`: no
+    /// such key), kept from the last call when that was made from the same
+    /// bytes. A call made while another holds the name (a re-entered
+    /// command) makes its own.
+    pub fn with<R>(
+        &self,
+        ctx: &Context,
+        from: &[u8],
+        make: impl FnOnce() -> Option<Vec<u8>>,
+        use_name: impl FnOnce(Option<&Arg>) -> R,
+    ) -> R {
+        let mut kept = match self.kept.try_lock() {
+            Ok(kept) => kept,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                let name = make().map(|name| OwnedName::new(ctx, &name));
+                return use_name(name.as_ref().map(OwnedName::arg));
+            }
+        };
+        let kept = match kept.take() {
+            Some(same) if same.from == from => kept.insert(same),
+            _ => {
+                let name = make().map_or(ptr::null_mut(), |name| {
+                    // SAFETY: CreateString copies the bytes; no context: the
+                    // string outlives the call, freed when replaced (Drop).
+                    unsafe {
+                        api!(RedisModule_CreateString)(
+                            ptr::null_mut(),
+                            name.as_ptr().cast(),
+                            name.len(),
+                        )
+                    }
+                });
+                kept.insert(Kept {
+                    from: from.to_vec(),
+                    name,
+                })
+            }
+        };
+        // SAFETY: Arg is a transparent wrapper of the same pointer type, and
+        // the string lives while the guard does, past this call.
+        let name =
+            (!kept.name.is_null()).then(|| unsafe { &*ptr::from_ref(&kept.name).cast::<Arg>() });
+        use_name(name)
+    }
+
+    /// Frees the kept name (at load and unload).
+    pub fn clear(&self) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        *kept = None;
     }
 }
 
