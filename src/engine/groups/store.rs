@@ -407,7 +407,9 @@ fn take_into(
     fire_at_ms: i64,
 ) {
     names.push(name);
-    *earliest_ms = Some(earliest_ms.map_or(fire_at_ms, |e| e.min(fire_at_ms)));
+    if earliest_ms.is_none_or(|earliest| fire_at_ms < earliest) {
+        *earliest_ms = Some(fire_at_ms);
+    }
     out.push(fairness::Released {
         group: group.clone(),
         member: Taken { head: at },
