@@ -18,7 +18,7 @@ use crate::engine::release::{self, Allowance};
 use crate::engine::{groups, recurring, stats};
 use crate::rules::errors::ReplyError;
 use crate::rules::fairness;
-use crate::server::keys::{Arg, Key, Kind, Members};
+use crate::server::keys::{Arg, Key, Kind};
 
 /// How long one move may hold the server: unbounded for a client's
 /// ECHO.PROMOTE (its LIMIT is the client's own choice, and shows as the
@@ -213,7 +213,7 @@ fn move_grouped(
             .unwrap_or(usize::MAX)
             .saturating_mul(GROUP_STEPS_PER_MEMBER)
             .max(MIN_GROUP_STEPS);
-        let outcome = groups::release(
+        let mut outcome = groups::release(
             ctx,
             schedule.as_slice(),
             schedule_key,
@@ -221,21 +221,14 @@ fn move_grouped(
             ask,
             max_steps,
         )?;
-        let release = outcome.release;
-        let found = release.released.len();
-        let noted = arming.noted();
-        if found > 0 && arming.wanted() {
-            arming.note(
-                release
-                    .released
-                    .iter()
-                    .map(|r| r.member.name().as_slice().to_vec()),
-            );
-        }
+        let found = outcome.release.released.len();
         let (pushed, earliest_ms) =
-            push_released(ctx, schedule, schedule_key, pending, release.released)?;
-        // Only what went into pending was released.
-        arming.keep(noted + pushed);
+            push_released(ctx, schedule, schedule_key, pending, &mut outcome)?;
+        // `names` is now what went into pending.
+        if pushed > 0 && arming.wanted() {
+            arming.note(outcome.names.names());
+        }
+        let release = outcome.release;
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = earliest_ms;
         }
@@ -272,42 +265,40 @@ fn push_released(
     schedule: &Arg,
     schedule_key: &Key,
     pending: &Pending,
-    released: Vec<fairness::Released<groups::Taken>>,
+    outcome: &mut groups::Outcome,
 ) -> Result<(usize, Option<f64>), RedisError> {
-    let earliest = |n: usize, fire_at_ms: &mut dyn Iterator<Item = i64>| {
-        fire_at_ms.take(n).map(|ms| ms as f64).reduce(f64::min)
-    };
+    let released = &outcome.release.released;
+    let names = &mut outcome.names;
     match pending.sink {
         Sink::Stream => {
-            // A copy of each, for the tail the stream may refuse (its
-            // strings are freed with the refusal).
-            let copies: Vec<fairness::Released> = released
+            let appended = pending.key.xadd_jobs_keeping(names);
+            let pushed = appended.len();
+            // The tail the stream refused, copied before its strings are
+            // freed.
+            let refused: Vec<fairness::Released> = released
                 .iter()
-                .map(|r| fairness::Released {
+                .zip(names.args())
+                .skip(pushed)
+                .map(|(r, name)| fairness::Released {
                     group: r.group.clone(),
-                    member: r.member.name().as_slice().to_vec(),
+                    member: name.as_slice().to_vec(),
                     fire_at_ms: r.fire_at_ms,
                 })
                 .collect();
-            let mut members =
-                Members::from_names(ctx, released.into_iter().map(|r| r.member.into_name()));
-            let appended = pending.key.xadd_jobs(&mut members);
-            pending.key.publish(appended, &members);
-            let pushed = members.len();
-            let refused = copies.get(pushed..).unwrap_or_default();
+            names.keep_first(pushed);
+            pending.key.publish(appended, names);
             if !refused.is_empty() {
-                groups::put_back(ctx, schedule.as_slice(), schedule_key, refused)?;
+                groups::put_back(ctx, schedule.as_slice(), schedule_key, &refused)?;
             }
-            let earliest_ms = earliest(pushed, &mut copies.iter().map(|r| r.fire_at_ms));
-            Ok((pushed, earliest_ms))
+            let earliest_ms = match refused.is_empty() {
+                true => outcome.earliest_ms,
+                false => released.iter().take(pushed).map(|r| r.fire_at_ms).min(),
+            };
+            Ok((pushed, earliest_ms.map(|ms| ms as f64)))
         }
         Sink::List => {
-            let pushed = released.len();
-            let earliest_ms = earliest(pushed, &mut released.iter().map(|r| r.fire_at_ms));
-            let members =
-                Members::from_names(ctx, released.into_iter().map(|r| r.member.into_name()));
-            pending.key.lpush_all(&members);
-            Ok((pushed, earliest_ms))
+            pending.key.lpush_all(names);
+            Ok((names.len(), outcome.earliest_ms.map(|ms| ms as f64)))
         }
     }
 }

@@ -213,17 +213,6 @@ impl<'a> Arming<'a> {
         self.released.extend(released);
     }
 
-    /// How many are noted.
-    pub fn noted(&self) -> usize {
-        self.released.len()
-    }
-
-    /// Forgets the members noted after the first `len` (a stream refused
-    /// them: they went back, not to pending).
-    pub fn keep(&mut self, len: usize) {
-        self.released.truncate(len);
-    }
-
     /// Arms what the noted members call for (`arm_after_release`), after
     /// the release's own effects.
     pub fn arm(self, schedule_key: &Key, now_ms: i64) {
