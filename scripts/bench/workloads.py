@@ -124,21 +124,6 @@ def workload(port, name, seconds):
                 n += sum(c.pipeline([["ECHO.PROMOTE", "{pf}:l", "{pf}:lp", "LIMIT", 1]] * 1000))
             c.call("DEL", "{pf}:lp")
         print("promoted %d" % n, file=sys.stderr)
-    elif name in ("repeat-plain", "repeat-every", "repeat-cron", "repeat-crontz"):
-        # as the repeat section's release lanes: 1000 due members moved by
-        # one ECHO.PROMOTE ... LIMIT 1000, plain or the armed occurrences of
-        # 1000 definitions (made due by a ZADD XX), each arming its next
-        from . import repeat
-        lane = name[len("repeat-"):]
-        c.fill_sha = b.sha["fill"]
-        spec = [x for x in repeat.LANES if x[0] == lane][0]
-        repeat.setup(c, [spec])
-        n = 0
-        while time.time() < end:
-            repeat.prepare(c, lane)
-            n += c.call("ECHO.PROMOTE", repeat.keys(lane)[0], repeat.keys(lane)[1], "LIMIT", 1000)
-            repeat.after(c, lane)
-        print("promoted %d" % n, file=sys.stderr)
     elif name == "spread":
         b.fill("pf:sp", 1_000_000, now_ms(), 1, "s:", 0)
         while time.time() < end:

@@ -173,14 +173,53 @@ pub fn list(ctx: &Context, schedule: &Arg) -> Result<Vec<Listed>, RedisError> {
     Ok(listed)
 }
 
-/// The definitions hash of `schedule` when it has one: the move of due
-/// jobs asks once per release, when it first moves a member, so a schedule
-/// without recurring jobs pays one key lookup a release that moves
-/// something, none for one that finds nothing due, and nothing per member.
-pub fn definitions<'a>(ctx: &'a Context, schedule: &[u8]) -> Option<Key<'a>> {
-    let name = defs_name(ctx, schedule)?;
-    let defs = Key::open_write_owned(ctx, OwnedName::new(ctx, &name));
-    (defs.kind() == Kind::Hash).then_some(defs)
+/// The arming of one release: the members it moved are noted only when the
+/// schedule has recurring definitions, which is looked up once, at the
+/// first member moved, so a schedule without them, and a release that moves
+/// nothing, pay nothing per member and no lookup at all.
+pub struct Arming<'a> {
+    ctx: &'a Context,
+    schedule: &'a [u8],
+    /// `None` until looked up; then the definitions hash, if any.
+    defs: Option<Option<Key<'a>>>,
+    released: Vec<Vec<u8>>,
+}
+
+impl<'a> Arming<'a> {
+    pub fn new(ctx: &'a Context, schedule: &'a [u8]) -> Arming<'a> {
+        Arming {
+            ctx,
+            schedule,
+            defs: None,
+            released: Vec::new(),
+        }
+    }
+
+    /// Whether the members a release moves must be noted: the schedule has
+    /// definitions.
+    pub fn wanted(&mut self) -> bool {
+        let (ctx, schedule) = (self.ctx, self.schedule);
+        self.defs
+            .get_or_insert_with(|| {
+                let name = defs_name(ctx, schedule)?;
+                let defs = Key::open_write_owned(ctx, OwnedName::new(ctx, &name));
+                (defs.kind() == Kind::Hash).then_some(defs)
+            })
+            .is_some()
+    }
+
+    /// Notes members moved to pending.
+    pub fn note(&mut self, released: impl Iterator<Item = Vec<u8>>) {
+        self.released.extend(released);
+    }
+
+    /// Arms what the noted members call for (`arm_after_release`), after
+    /// the release's own effects.
+    pub fn arm(self, schedule_key: &Key, now_ms: i64) {
+        if let Some(Some(defs)) = &self.defs {
+            arm_after_release(self.ctx, schedule_key, defs, &self.released, now_ms);
+        }
+    }
 }
 
 /// After a release moved `released` out of the schedule at `now_ms`: for
@@ -198,14 +237,14 @@ pub fn definitions<'a>(ctx: &'a Context, schedule: &[u8]) -> Option<Key<'a>> {
 /// key's commands replay its writes in order. The stored text is read in
 /// place and written back with only its next occurrence changed; specs and
 /// zones are parsed once and remembered (`definition::parsed`).
-pub fn arm_after_release(
+fn arm_after_release(
     ctx: &Context,
     schedule_key: &Key,
     defs: &Key,
     released: &[Vec<u8>],
     now_ms: i64,
 ) {
-    let mut arming = Arming::new(ctx, schedule_key, defs);
+    let mut writes = Writes::new(ctx, schedule_key, defs);
     for member in released {
         let Some((id, nominal_ms)) = parse_occurrence(member) else {
             continue;
@@ -217,22 +256,22 @@ pub fn arm_after_release(
             let (spec, zone) = parsed(stored.spec, stored.zone)?;
             match stored.after_release(&spec, &zone, nominal_ms, now_ms) {
                 Some(next_ms) => {
-                    arming.arm(id, &id_name, &stored, next_ms);
+                    writes.arm(id, &id_name, &stored, next_ms);
                     Some(false)
                 }
                 None => Some(true),
             }
         });
         if done == Some(Some(true)) {
-            arming.flush();
+            writes.flush();
             defs.hdel(id);
         }
     }
-    arming.flush();
+    writes.flush();
 }
 
 /// The occurrences one release arms, their effects held per key.
-struct Arming<'k, 'a> {
+struct Writes<'k, 'a> {
     ctx: &'a Context,
     schedule: &'k Key<'a>,
     defs: &'k Key<'a>,
@@ -242,9 +281,9 @@ struct Arming<'k, 'a> {
     payloads: Vec<(Vec<u8>, Key<'a>, Deferred)>,
 }
 
-impl<'k, 'a> Arming<'k, 'a> {
+impl<'k, 'a> Writes<'k, 'a> {
     fn new(ctx: &'a Context, schedule: &'k Key<'a>, defs: &'k Key<'a>) -> Self {
-        Arming {
+        Writes {
             ctx,
             schedule,
             defs,
