@@ -1141,8 +1141,6 @@ impl<'a> Key<'a> {
         true
     }
 
-    /// The value of `field` in a hash key: `None` when the key is missing,
-    /// not a hash, or has no such field.
     /// `HGET key field` read in place: `read` sees the value's bytes, which
     /// are freed after it; `None` when the field (or the hash) is missing.
     pub fn hget_with<R>(&self, field: &Arg, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
@@ -1171,6 +1169,8 @@ impl<'a> Key<'a> {
         Some(out)
     }
 
+    /// The value of `field` in a hash key: `None` when the key is missing,
+    /// not a hash, or has no such field.
     pub fn hget(&self, field: &[u8]) -> Option<Vec<u8>> {
         if self.kind() != Kind::Hash {
             return None;
