@@ -14,7 +14,8 @@ after(async () => { await server?.stop(); });
 
 const PAYLOAD = Buffer.from("the report's payload \u0000\u00ff", "latin1");
 
-// How many times the server ran `command` (INFO commandstats).
+// How many times the server ran `command` (INFO commandstats; a module's command by the name it
+// registered, upper case).
 async function calls(client, command) {
   const line = (await client.info("commandstats")).split("\r\n").find((l) => l.startsWith(`cmdstat_${command}:`));
   return line ? Number(/calls=(\d+)/.exec(line)[1]) : 0;
@@ -138,7 +139,7 @@ const BAD = [
 test("bad arguments reject before anything is sent", async () => {
   const client = server.client();
   const queue = new Queue(client, queueName("repeat-bad"));
-  const sent = await calls(client, "echo.repeat");
+  const sent = await calls(client, "ECHO.REPEAT");
   for (const [id, spec, options, error] of BAD) {
     await assert.rejects(queue.repeat(id, spec, "p", options), error, `${id} ${spec} ${JSON.stringify(options)}`);
   }
@@ -146,13 +147,14 @@ test("bad arguments reject before anything is sent", async () => {
     await assert.rejects(queue.repeat("id", "every:1000", payload), TypeError);
   }
   await assert.rejects(queue.unrepeat(""), TypeError);
-  assert.equal(await calls(client, "echo.repeat"), sent);
+  assert.equal(await calls(client, "ECHO.REPEAT"), sent);
   assert.deepEqual(await queueKeys(client, queue), []);
   // The bounds are the server's: it refuses just past them too, and takes them.
   for (const words of [["x".repeat(1025), "every:1000"], ["id", "every:999"], ["id", "every:1000", "JITTER", "1001"]]) {
     await assert.rejects(client.call("ECHO.REPEAT", queue.keys.schedule, ...words), /^ReplyError: ERR/);
   }
   await queue.repeat("x".repeat(1024), "every:1000", "p", { jitterMs: 1000 });
+  assert.equal(await calls(client, "ECHO.REPEAT"), sent + 4, "the count sees what is sent");
   await queue.repeat("é".repeat(512), "every:10000000000000", "p", { jitterMs: 10000000000000 });
   await queue.repeat("cron", "cron:0 0 1 1 *", "p",
     { jitterMs: 60000, tz: "Europe/Berlin", fromMs: -Number.MAX_SAFE_INTEGER, untilMs: Number.MAX_SAFE_INTEGER });

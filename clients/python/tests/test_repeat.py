@@ -31,7 +31,8 @@ def timer(client, qname: str):
 
 
 def calls(client, command: str) -> int:
-    """How many times the server ran ``command`` (INFO commandstats)."""
+    """How many times the server ran ``command`` (INFO commandstats; a module's command by the
+    name it registered, upper case)."""
     stats = client.info("commandstats")
     return int(stats.get("cmdstat_" + command, {}).get("calls", 0))
 
@@ -157,7 +158,7 @@ BAD = [
 
 def test_bad_arguments_raise_before_anything_is_sent(client, qname):
     q = echomq.Queue(client, qname)
-    sent = calls(client, "echo.repeat")
+    sent = calls(client, "ECHO.REPEAT")
     for rid, spec, options, error in BAD:
         with pytest.raises(error):
             q.repeat(rid, spec, b"p", **options)
@@ -166,7 +167,7 @@ def test_bad_arguments_raise_before_anything_is_sent(client, qname):
             q.repeat("id", "every:1000", payload)
     with pytest.raises(ValueError):
         q.unrepeat("")
-    assert calls(client, "echo.repeat") == sent
+    assert calls(client, "ECHO.REPEAT") == sent
     assert queue_keys(client, qname) == []
     # The bounds are the server's: it refuses just past them too, and takes them.
     schedule = keys(qname)["schedule"]
@@ -174,6 +175,7 @@ def test_bad_arguments_raise_before_anything_is_sent(client, qname):
         with pytest.raises(valkey.exceptions.ResponseError):
             client.execute_command("ECHO.REPEAT", schedule, *words)
     q.repeat("x" * 1024, "every:1000", b"p", jitter_ms=1000)
+    assert calls(client, "ECHO.REPEAT") == sent + 4  # the count sees what is sent
     q.repeat("é" * 512, "every:10000000000000", b"p", jitter_ms=10_000_000_000_000)
     q.repeat("cron", "cron:0 0 1 1 *", b"p", jitter_ms=60_000, tz="Europe/Berlin", from_ms=-(2**63), until_ms=2**63 - 1)
     assert len(q.repeats()) == 3
