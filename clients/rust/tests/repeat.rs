@@ -147,7 +147,7 @@ async fn repeat_repeats_and_unrepeat_round_trip() {
     assert!(!queue.unrepeat("report").await.unwrap());
     assert_eq!(ids(&queue.repeats().await.unwrap()), ["minutely"]);
     let members: Vec<String> = conn.zrange(&schedule, 0, -1).await.unwrap();
-    assert_eq!(members, [one.clone()]);
+    assert_eq!(members, std::slice::from_ref(&one));
     let fields: Vec<String> = conn.hkeys(&jobs).await.unwrap();
     assert_eq!(fields, [one]);
     assert!(queue.unrepeat("minutely").await.unwrap());
