@@ -18,7 +18,7 @@ use engine::{eviction, groups, imports, release, stats, ticker};
 use redis_module::{redis_module, Context, RedisString, Status};
 use rules::versions;
 use server::register::{self, Command};
-use server::{config, events, info, log};
+use server::{config, context, events, info, keys, log};
 
 // Unit tests run outside a server, where the server's allocator does not
 // exist. A library built with cfg(test) is never loaded into a server.
@@ -65,6 +65,7 @@ fn deinit(_ctx: &Context) -> Status {
     groups::reset();
     ticker::reset();
     eviction::release();
+    keys::release();
     config::release_all();
     Status::Ok
 }
@@ -97,6 +98,8 @@ fn load(ctx: &Context) -> Result<(), String> {
         ),
     );
     stats::reset();
+    keys::init();
+    context::init(ctx);
     info::register::<stats::Info>(ctx)?;
     register::register(ctx, COMMANDS, stats::count_result)?;
     eviction::init(ctx)?;

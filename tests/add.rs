@@ -401,6 +401,30 @@ fn a_held_schedule_takes_every_run_until_the_hold_ends() {
 }
 
 #[test]
+fn a_hold_arriving_as_a_plain_key_governs_the_very_next_run() {
+    // Holds arrive by replication and migration as a plain `SET ... PXAT`:
+    // the hold key's name, which ECHO.ADD keeps from one call to the next,
+    // never stands for what the key holds.
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(add(&mut con, &["{k}:schedule", "{k}:pending", "a"]), 1);
+    let (hold, far) = ("{k}:schedule:echomq-hold", "9999999999999");
+    let _: String = q!(&mut con, "SET", hold, far, "PXAT", far);
+    assert!(add(&mut con, &["{k}:schedule", "{k}:pending", "b"]) > 1);
+    // Another schedule in between, then the held one again.
+    assert_eq!(add(&mut con, &["{o}:schedule", "{o}:pending", "o"]), 1);
+    assert!(add(&mut con, &["{k}:schedule", "{k}:pending", "c"]) > 1);
+    // The same names in another database are other keys.
+    let _: String = q!(&mut con, "SELECT", 1);
+    assert_eq!(add(&mut con, &["{k}:schedule", "{k}:pending", "d"]), 1);
+    let _: String = q!(&mut con, "SELECT", 0);
+    let deleted: i64 = q!(&mut con, "DEL", hold);
+    assert_eq!(deleted, 1);
+    assert_eq!(add(&mut con, &["{k}:schedule", "{k}:pending", "e"]), 1);
+    assert_eq!(list(&mut con, "{k}:pending"), ["e", "a"]);
+}
+
+#[test]
 fn nx_writes_nothing_when_the_job_is_scheduled_whichever_way_it_would_go() {
     let server = Server::start();
     let mut con = server.conn();

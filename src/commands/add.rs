@@ -39,7 +39,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::commands::option_words;
 use crate::engine::mover::Pending;
-use crate::engine::scheduling::{add_run, Added};
+use crate::engine::scheduling::{add_run, goes_direct, Added};
 use crate::engine::{groups, stats};
 use crate::rules::grammar::{self, ArgError, MAX_ADD_OPTION_WORDS};
 use crate::server::keys::{Arg, Key, Kind};
@@ -85,13 +85,22 @@ pub fn echo_add(ctx: &Context, args: &[Arg]) -> RedisResult {
     let words = option_words(options, &mut buffer).ok_or(ArgError::Syntax)?;
     let request = grammar::parse_add_request(schedule.as_slice(), pending.as_slice(), words)?;
     let group_names = groups::names_for(ctx, schedule, options, request.group)?;
+    let direct = goes_direct(ctx, schedule, &request);
+    if direct && !request.only_new {
+        // The fast path: the schedule is only type-checked, and nothing
+        // else is opened but pending.
+        Key::open_probe(ctx, schedule).require(Kind::SortedSet)?;
+        Pending::open(ctx, pending)?.push(job)?;
+        stats::added_direct();
+        return Ok(RedisValue::Integer(INTO_PENDING));
+    }
     let schedule_key = Key::open_write(ctx, schedule);
     schedule_key.require(Kind::SortedSet)?;
     let pending = Pending::open(ctx, pending)?;
     let group = group_names.as_ref().map(|n| n.open(ctx)).transpose()?;
     let target = group.as_ref().map_or(&schedule_key, |g| &g.members);
     Ok(RedisValue::Integer(
-        match add_run(ctx, schedule, target, &pending, job, request)? {
+        match add_run(target, &pending, job, request, direct)? {
             Added::Pending => {
                 stats::added_direct();
                 INTO_PENDING

@@ -18,7 +18,7 @@ use crate::engine::release::{self, Allowance};
 use crate::engine::{groups, recurring, stats};
 use crate::rules::errors::ReplyError;
 use crate::rules::fairness;
-use crate::server::keys::{Arg, Key, Kind, Members};
+use crate::server::keys::{Arg, Key, Kind};
 
 /// How long one move may hold the server: unbounded for a client's
 /// ECHO.PROMOTE (its LIMIT is the client's own choice, and shows as the
@@ -115,10 +115,9 @@ pub fn move_due(
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
     let allowance = release::allowance(ctx, schedule, pending_name)?;
-    // The recurring definitions, when the schedule has any: their released
-    // occurrences arm the next ones in this same step.
-    let defs = recurring::definitions(ctx, schedule.as_slice());
-    let mut occurrences = defs.as_ref().map(|_| Vec::new());
+    // Released occurrences of recurring definitions arm the next ones in
+    // this same step.
+    let mut arming = recurring::Arming::new(ctx, schedule.as_slice());
     if groups::grouped(ctx, schedule.as_slice())? {
         let moved = move_grouped(
             ctx,
@@ -129,9 +128,9 @@ pub fn move_due(
             now_ms,
             time_limit,
             allowance,
-            occurrences.as_mut(),
+            &mut arming,
         )?;
-        arm_released(ctx, &schedule_key, defs, occurrences, now_ms);
+        arming.arm(&schedule_key, now_ms);
         return Ok(moved);
     }
     let mut moved = take_due(
@@ -141,32 +140,14 @@ pub fn move_due(
         now_ms,
         batch,
         deadline,
-        occurrences.as_mut(),
+        &mut arming,
     );
     if let Some(allowance) = allowance {
         let still_due = !schedule_key.zset_due(now_ms as f64, 1).is_empty();
         book(ctx, schedule, &allowance, &mut moved, limit, still_due);
     }
-    arm_released(ctx, &schedule_key, defs, occurrences, now_ms);
+    arming.arm(&schedule_key, now_ms);
     Ok(moved)
-}
-
-/// Arms the next occurrence of each definition whose armed one was among
-/// the members just released (`recurring::arm_after_release`), after the
-/// release's own effects. An armed occurrence already due waits for the
-/// next move.
-fn arm_released(
-    ctx: &Context,
-    schedule_key: &Key,
-    defs: Option<Key>,
-    released: Option<Vec<Vec<u8>>>,
-    now_ms: i64,
-) {
-    if let (Some(defs), Some(released)) = (defs, released) {
-        if !released.is_empty() {
-            recurring::arm_after_release(ctx, schedule_key, &defs, &released, now_ms);
-        }
-    }
 }
 
 /// Books a move with the release limit (or hold) it passed. The limit bound
@@ -217,7 +198,7 @@ fn move_grouped(
     now_ms: i64,
     time_limit: TimeLimit,
     allowance: Option<Allowance<'_>>,
-    mut occurrences: Option<&mut Vec<Vec<u8>>>,
+    arming: &mut recurring::Arming,
 ) -> Result<Moved, RedisError> {
     let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
     let (batch, deadline) = match time_limit {
@@ -232,7 +213,7 @@ fn move_grouped(
             .unwrap_or(usize::MAX)
             .saturating_mul(GROUP_STEPS_PER_MEMBER)
             .max(MIN_GROUP_STEPS);
-        let outcome = groups::release(
+        let mut outcome = groups::release(
             ctx,
             schedule.as_slice(),
             schedule_key,
@@ -240,23 +221,14 @@ fn move_grouped(
             ask,
             max_steps,
         )?;
-        let release = outcome.release;
-        let found = release.released.len();
-        let named = occurrences.as_ref().map_or(0, |names| names.len());
-        if let Some(names) = occurrences.as_deref_mut() {
-            names.extend(
-                release
-                    .released
-                    .iter()
-                    .map(|r| r.member.name().as_slice().to_vec()),
-            );
-        }
+        let found = outcome.release.released.len();
         let (pushed, earliest_ms) =
-            push_released(ctx, schedule, schedule_key, pending, release.released)?;
-        if let Some(names) = occurrences.as_deref_mut() {
-            // Only what went into pending was released.
-            names.truncate(named + pushed);
+            push_released(ctx, schedule, schedule_key, pending, &mut outcome)?;
+        // `names` is now what went into pending.
+        if pushed > 0 && arming.wanted() {
+            arming.note(outcome.names.names());
         }
+        let release = outcome.release;
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = earliest_ms;
         }
@@ -293,42 +265,40 @@ fn push_released(
     schedule: &Arg,
     schedule_key: &Key,
     pending: &Pending,
-    released: Vec<fairness::Released<groups::Taken>>,
+    outcome: &mut groups::Outcome,
 ) -> Result<(usize, Option<f64>), RedisError> {
-    let earliest = |n: usize, fire_at_ms: &mut dyn Iterator<Item = i64>| {
-        fire_at_ms.take(n).map(|ms| ms as f64).reduce(f64::min)
-    };
+    let released = &outcome.release.released;
+    let names = &mut outcome.names;
     match pending.sink {
         Sink::Stream => {
-            // A copy of each, for the tail the stream may refuse (its
-            // strings are freed with the refusal).
-            let copies: Vec<fairness::Released> = released
+            let appended = pending.key.xadd_jobs_keeping(names);
+            let pushed = appended.len();
+            // The tail the stream refused, copied before its strings are
+            // freed.
+            let refused: Vec<fairness::Released> = released
                 .iter()
-                .map(|r| fairness::Released {
+                .zip(names.args())
+                .skip(pushed)
+                .map(|(r, name)| fairness::Released {
                     group: r.group.clone(),
-                    member: r.member.name().as_slice().to_vec(),
+                    member: name.as_slice().to_vec(),
                     fire_at_ms: r.fire_at_ms,
                 })
                 .collect();
-            let mut members =
-                Members::from_names(ctx, released.into_iter().map(|r| r.member.into_name()));
-            let appended = pending.key.xadd_jobs(&mut members);
-            pending.key.publish(appended, &members);
-            let pushed = members.len();
-            let refused = copies.get(pushed..).unwrap_or_default();
+            names.keep_first(pushed);
+            pending.key.publish(appended, names);
             if !refused.is_empty() {
-                groups::put_back(ctx, schedule.as_slice(), schedule_key, refused)?;
+                groups::put_back(ctx, schedule.as_slice(), schedule_key, &refused)?;
             }
-            let earliest_ms = earliest(pushed, &mut copies.iter().map(|r| r.fire_at_ms));
-            Ok((pushed, earliest_ms))
+            let earliest_ms = match refused.is_empty() {
+                true => outcome.earliest_ms,
+                false => released.iter().take(pushed).map(|r| r.fire_at_ms).min(),
+            };
+            Ok((pushed, earliest_ms.map(|ms| ms as f64)))
         }
         Sink::List => {
-            let pushed = released.len();
-            let earliest_ms = earliest(pushed, &mut released.iter().map(|r| r.fire_at_ms));
-            let members =
-                Members::from_names(ctx, released.into_iter().map(|r| r.member.into_name()));
-            pending.key.lpush_all(&members);
-            Ok((pushed, earliest_ms))
+            pending.key.lpush_all(names);
+            Ok((names.len(), outcome.earliest_ms.map(|ms| ms as f64)))
         }
     }
 }
@@ -342,7 +312,7 @@ fn take_due(
     now_ms: i64,
     batch: u64,
     deadline: Option<Instant>,
-    mut occurrences: Option<&mut Vec<Vec<u8>>>,
+    arming: &mut recurring::Arming,
 ) -> Moved {
     let mut moved = Moved::default();
     while moved.count < limit {
@@ -366,8 +336,8 @@ fn take_due(
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = due.earliest_score();
         }
-        if let Some(names) = occurrences.as_deref_mut() {
-            names.extend(due.names());
+        if !due.is_empty() && arming.wanted() {
+            arming.note(due.names());
         }
         moved.count += due.len() as u64;
         if (due.len() as u64) < found {

@@ -173,13 +173,53 @@ pub fn list(ctx: &Context, schedule: &Arg) -> Result<Vec<Listed>, RedisError> {
     Ok(listed)
 }
 
-/// The definitions hash of `schedule` when it has one: the move of due
-/// jobs asks once per release, so a schedule without recurring jobs pays
-/// one key lookup and nothing per member.
-pub fn definitions<'a>(ctx: &'a Context, schedule: &[u8]) -> Option<Key<'a>> {
-    let name = defs_name(ctx, schedule)?;
-    let defs = Key::open_write_owned(ctx, OwnedName::new(ctx, &name));
-    (defs.kind() == Kind::Hash).then_some(defs)
+/// The arming of one release: the members it moved are noted only when the
+/// schedule has recurring definitions, which is looked up once, at the
+/// first member moved, so a schedule without them, and a release that moves
+/// nothing, pay nothing per member and no lookup at all.
+pub struct Arming<'a> {
+    ctx: &'a Context,
+    schedule: &'a [u8],
+    /// `None` until looked up; then the definitions hash, if any.
+    defs: Option<Option<Key<'a>>>,
+    released: Vec<Vec<u8>>,
+}
+
+impl<'a> Arming<'a> {
+    pub fn new(ctx: &'a Context, schedule: &'a [u8]) -> Arming<'a> {
+        Arming {
+            ctx,
+            schedule,
+            defs: None,
+            released: Vec::new(),
+        }
+    }
+
+    /// Whether the members a release moves must be noted: the schedule has
+    /// definitions.
+    pub fn wanted(&mut self) -> bool {
+        let (ctx, schedule) = (self.ctx, self.schedule);
+        self.defs
+            .get_or_insert_with(|| {
+                let name = defs_name(ctx, schedule)?;
+                let defs = Key::open_write_owned(ctx, OwnedName::new(ctx, &name));
+                (defs.kind() == Kind::Hash).then_some(defs)
+            })
+            .is_some()
+    }
+
+    /// Notes members moved to pending.
+    pub fn note(&mut self, released: impl Iterator<Item = Vec<u8>>) {
+        self.released.extend(released);
+    }
+
+    /// Arms what the noted members call for (`arm_after_release`), after
+    /// the release's own effects.
+    pub fn arm(self, schedule_key: &Key, now_ms: i64) {
+        if let Some(Some(defs)) = &self.defs {
+            arm_after_release(self.ctx, schedule_key, defs, &self.released, now_ms);
+        }
+    }
 }
 
 /// After a release moved `released` out of the schedule at `now_ms`: for
@@ -187,7 +227,7 @@ pub fn definitions<'a>(ctx: &'a Context, schedule: &[u8]) -> Option<Key<'a>> {
 /// next one (or, past `UNTIL`, removes the definition), in the same atomic
 /// step. A member that only looks like an occurrence (a retry of an older
 /// one, a name with an `@`) arms nothing.
-pub fn arm_after_release(
+fn arm_after_release(
     ctx: &Context,
     schedule_key: &Key,
     defs: &Key,

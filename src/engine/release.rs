@@ -29,7 +29,7 @@ use crate::rules::errors::ReplyError;
 use crate::rules::limiter::{self, Adaptive, Limit, LimitKind, Limits, Persist, Saved};
 use crate::rules::slots;
 use crate::server::config::{self, numeric_config, ApplyConfigs, StringConfig};
-use crate::server::keys::{Arg, Key, Kind, OwnedName};
+use crate::server::keys::{Arg, KeptName, Key, Kind, OwnedName};
 use crate::server::{clock, context};
 
 pub const DEFAULT_WINDOW_MS: i64 = 200;
@@ -78,6 +78,7 @@ fn update_active(state: &State) {
 /// (a module loaded again may find the statics of its former load) and at
 /// unload (the server's allocator would otherwise keep them for good).
 pub fn reset() {
+    HOLD_NAME.clear();
     let mut state = state();
     state.text = Vec::new();
     state.limits.clear();
@@ -364,12 +365,22 @@ fn beside(ctx: &Context, schedule: &[u8], suffix: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Until when (server ms) `schedule` is held, if it is now. A hold key of
-/// another type, or holding no integer, holds nothing.
+/// another type, or holding no integer, holds nothing. Read for every
+/// ECHO.ADD: the name of the last schedule's hold key is kept.
 pub fn held_until(ctx: &Context, schedule: &[u8]) -> Option<i64> {
-    let name = OwnedName::new(ctx, &beside(ctx, schedule, HOLD_SUFFIX)?);
-    let key = Key::open_read(ctx, name.arg());
-    key.string_i64().filter(|&until| until > now_ms())
+    HOLD_NAME.with(
+        ctx,
+        schedule,
+        || beside(ctx, schedule, HOLD_SUFFIX),
+        |name| {
+            let key = Key::open_read(ctx, name?);
+            key.string_i64().filter(|&until| until > now_ms())
+        },
+    )
 }
+
+/// The name of the last hold key `held_until` read.
+static HOLD_NAME: KeptName = KeptName::new();
 
 /// `ECHO.HOLD`: the hold in force after it (0 for none). Writes the hold key
 /// (`SET key <until> PXAT <until>`) when the hold grows, deletes it for

@@ -57,29 +57,34 @@ pub enum Added {
     AlreadyScheduled,
 }
 
+/// Whether a run of `request` goes straight into pending: due now, with no
+/// group, of a schedule with no group limit, no release limit and no hold
+/// (a hold's key is read; the limits are in memory, looked up first).
+pub fn goes_direct(ctx: &Context, schedule: &Arg, request: &AddRequest) -> bool {
+    request.delay_ms == 0
+        && request.group.is_none()
+        && !groups::limited(schedule.as_slice())
+        && !release::governed(ctx, schedule.as_slice())
+}
+
 /// ECHO.ADD's write. Both keys are open and type-checked: `schedule_key`,
 /// where a scheduled run goes, is the schedule named `schedule` or, with
-/// `GROUP`, its group's members. A run due now of a schedule with no limit
-/// and no hold, and no group, is pushed into pending as a producer would
-/// push it, with no detour; any other run goes into the schedule at
-/// `now_ms + delay_ms` through the very write ECHO.SCHEDULE makes, so its
-/// release limit, hold and group govern it like any retry's.
+/// `GROUP`, its group's members. `direct` (`goes_direct`): the run is
+/// pushed into pending as a producer would push it, with no detour; any
+/// other run goes into the schedule at `now_ms + delay_ms` through the
+/// very write ECHO.SCHEDULE makes, so its release limit, hold and group
+/// govern it like any retry's. `NX` looks in the schedule first either way.
 pub fn add_run(
-    ctx: &Context,
-    schedule: &Arg,
     schedule_key: &Key,
     pending: &Pending,
     job: &Arg,
     request: AddRequest,
+    direct: bool,
 ) -> Result<Added, RedisError> {
     if request.only_new && schedule_key.zscore(job).is_some() {
         return Ok(Added::AlreadyScheduled);
     }
-    let direct = request.delay_ms == 0 && request.group.is_none();
-    if direct
-        && !release::governed(ctx, schedule.as_slice())
-        && !groups::limited(schedule.as_slice())
-    {
+    if direct {
         pending.push(job)?;
         return Ok(Added::Pending);
     }

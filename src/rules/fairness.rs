@@ -114,14 +114,15 @@ pub const DEFAULT_GROUPS_COUNT: u64 = 10;
 /// A group of a schedule's members: a name of 1..=1024 bytes, or the
 /// ungrouped members (the empty name, sorting first in the ring). Shared,
 /// not copied, when cloned: a release names a member's group with each
-/// member it takes.
+/// member it takes, so the handle is one pointer (an `Rc<[u8]>` would be
+/// two, and a released member's record a third larger).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Group(Rc<[u8]>);
+pub struct Group(Rc<Vec<u8>>);
 
 impl Group {
     /// The schedule's ungrouped members.
     pub fn ungrouped() -> Group {
-        Group(Rc::from(&[][..]))
+        Group(Rc::new(Vec::new()))
     }
 
     /// A named group: `None` for a name that is empty or longer than
@@ -129,12 +130,12 @@ impl Group {
     pub fn named(name: &[u8]) -> Option<Group> {
         (1..=MAX_GROUP_BYTES)
             .contains(&name.len())
-            .then(|| Group(Rc::from(name)))
+            .then(|| Group(Rc::new(name.to_vec())))
     }
 
     /// The group as a store holds it: its name, empty for the ungrouped.
     pub fn from_stored(bytes: Vec<u8>) -> Option<Group> {
-        (bytes.len() <= MAX_GROUP_BYTES).then(|| Group(Rc::from(bytes)))
+        (bytes.len() <= MAX_GROUP_BYTES).then(|| Group(Rc::new(bytes)))
     }
 
     pub fn as_bytes(&self) -> &[u8] {

@@ -4,6 +4,7 @@
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use redis_module::{raw, Context, RedisValue};
 
@@ -21,9 +22,21 @@ pub fn may_write(ctx: &Context) -> bool {
         && avoid == 0
 }
 
-/// Whether the server runs in cluster mode.
-pub fn in_cluster(ctx: &Context) -> bool {
-    flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+/// Whether the server runs in cluster mode: read at load (`init`), as the
+/// server fixes it at start (`cluster-enabled` cannot be changed at run
+/// time), so a command need not ask for every context flag to learn it.
+pub fn in_cluster(_ctx: &Context) -> bool {
+    CLUSTER.load(Relaxed)
+}
+
+static CLUSTER: AtomicBool = AtomicBool::new(false);
+
+/// At load: reads whether the server runs in cluster mode.
+pub fn init(ctx: &Context) {
+    CLUSTER.store(
+        flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0,
+        Relaxed,
+    );
 }
 
 /// Whether used memory is over `maxmemory` (and a deny-oom command would be

@@ -15,6 +15,8 @@ use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::os::raw::{c_int, c_longlong};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError, TryLockError};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use redis_module::{Context, RedisError};
@@ -126,6 +128,172 @@ impl Drop for OwnedName {
     }
 }
 
+/// A key name kept from one call to the next, made anew only when the bytes
+/// it is made from change: the hold key of the last schedule ECHO.ADD named
+/// (a queue's producers name the same one again and again). Only the name
+/// is kept; what the key holds is read at every use.
+pub struct KeptName {
+    kept: Mutex<Option<Kept>>,
+}
+
+struct Kept {
+    from: Vec<u8>,
+    /// Null: `from` has no such key (e.g. it cannot share its slot).
+    name: *mut RedisModuleString,
+}
+
+// SAFETY: the string is a plain server string with no context, made, read
+// and freed only under the mutex, by the server's main thread (the only one
+// that runs commands).
+unsafe impl Send for Kept {}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if !self.name.is_null() {
+            // SAFETY: made by `KeptName::with` with no context, freed once.
+            unsafe { api!(RedisModule_FreeString)(ptr::null_mut(), self.name) };
+        }
+    }
+}
+
+impl KeptName {
+    pub const fn new() -> KeptName {
+        KeptName {
+            kept: Mutex::new(None),
+        }
+    }
+
+    /// Calls `use_name` with the name `make` makes from `from` (`None`: no
+    /// such key), kept from the last call when that was made from the same
+    /// bytes. A call made while another holds the name (a re-entered
+    /// command) makes its own.
+    pub fn with<R>(
+        &self,
+        ctx: &Context,
+        from: &[u8],
+        make: impl FnOnce() -> Option<Vec<u8>>,
+        use_name: impl FnOnce(Option<&Arg>) -> R,
+    ) -> R {
+        let mut kept = match self.kept.try_lock() {
+            Ok(kept) => kept,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                let name = make().map(|name| OwnedName::new(ctx, &name));
+                return use_name(name.as_ref().map(OwnedName::arg));
+            }
+        };
+        let kept = match kept.take() {
+            Some(same) if same.from == from => kept.insert(same),
+            _ => {
+                let name = make().map_or(ptr::null_mut(), |name| {
+                    // SAFETY: CreateString copies the bytes; no context: the
+                    // string outlives the call, freed when replaced (Drop).
+                    unsafe {
+                        api!(RedisModule_CreateString)(
+                            ptr::null_mut(),
+                            name.as_ptr().cast(),
+                            name.len(),
+                        )
+                    }
+                });
+                kept.insert(Kept {
+                    from: from.to_vec(),
+                    name,
+                })
+            }
+        };
+        // SAFETY: Arg is a transparent wrapper of the same pointer type, and
+        // the string lives while the guard does, past this call.
+        let name =
+            (!kept.name.is_null()).then(|| unsafe { &*ptr::from_ref(&kept.name).cast::<Arg>() });
+        use_name(name)
+    }
+
+    /// Frees the kept name (at load and unload).
+    pub fn clear(&self) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        *kept = None;
+    }
+}
+
+/// The field of every stream entry a job makes, `job`: one string made at
+/// load and kept to unload (`init`, `release`), not one a call. The server
+/// copies it into each entry and takes a reference for each replicated
+/// `XADD`, so sharing it is what the API expects of a retained string.
+static JOB_FIELD: AtomicPtr<RedisModuleString> = AtomicPtr::new(ptr::null_mut());
+
+/// Whether `OpenKey` takes `NOSTATS` and `NONOTIFY` (Valkey, Redis 7.2+),
+/// read at load: then `open_probe` opens for reading, with no side effect.
+static QUIET_PROBE: AtomicBool = AtomicBool::new(false);
+
+/// At load: makes the `job` field and reads which open modes the server
+/// takes.
+pub fn init() {
+    let modes = raw::REDISMODULE_OPEN_KEY_NOSTATS | raw::REDISMODULE_OPEN_KEY_NONOTIFY;
+    // SAFETY: an optional API (Redis 7.2+, Valkey), called only when the
+    // server has it; no arguments.
+    let all = match unsafe { raw::RedisModule_GetOpenKeyModesAll } {
+        Some(all) => (unsafe { all() }) as u32,
+        None => 0,
+    };
+    QUIET_PROBE.store(all & modes == modes, Relaxed);
+    // SAFETY: a static 3-byte string, copied; no context: a string kept
+    // beyond any call, freed by `release`.
+    let field = unsafe { api!(RedisModule_CreateString)(ptr::null_mut(), c"job".as_ptr(), 3) };
+    free_job_field(JOB_FIELD.swap(field, Relaxed));
+}
+
+/// At unload: frees the `job` field.
+pub fn release() {
+    free_job_field(JOB_FIELD.swap(ptr::null_mut(), Relaxed));
+}
+
+fn free_job_field(field: *mut RedisModuleString) {
+    if !field.is_null() {
+        // SAFETY: made by `init` with no context, taken out of the static:
+        // freed once.
+        unsafe { api!(RedisModule_FreeString)(ptr::null_mut(), field) };
+    }
+}
+
+/// The `job` field for one write: the kept one, or (before `init`, which
+/// no command runs before) one made for the call and freed with it.
+struct JobField<'a> {
+    ctx: &'a Context,
+    ptr: *mut RedisModuleString,
+    made: bool,
+}
+
+impl<'a> JobField<'a> {
+    fn get(ctx: &'a Context) -> JobField<'a> {
+        let kept = JOB_FIELD.load(Relaxed);
+        if !kept.is_null() {
+            return JobField {
+                ctx,
+                ptr: kept,
+                made: false,
+            };
+        }
+        // SAFETY: a static 3-byte string; freed in Drop.
+        let ptr = unsafe { api!(RedisModule_CreateString)(ctx.ctx, c"job".as_ptr(), 3) };
+        JobField {
+            ctx,
+            ptr,
+            made: true,
+        }
+    }
+}
+
+impl Drop for JobField<'_> {
+    fn drop(&mut self) {
+        if self.made {
+            // SAFETY: made in `get` with this context; replicated commands
+            // hold their own references.
+            unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, self.ptr) };
+        }
+    }
+}
+
 /// An open key and its name, closed when dropped.
 pub struct Key<'a> {
     ctx: &'a Context,
@@ -147,6 +315,23 @@ impl<'a> Key<'a> {
     /// methods below treat as empty.
     pub fn open_read(ctx: &'a Context, name: &'a Arg) -> Key<'a> {
         Key::open(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    /// Opens `name` only to learn its type, with the side effects of a
+    /// write open, that is none (no keyspace hit or miss, no `keymiss`
+    /// event): for reading with `NOSTATS` and `NONOTIFY` where the server
+    /// takes them, so a missing key costs its lookup and no handle; for
+    /// writing elsewhere (Redis 7.0).
+    pub fn open_probe(ctx: &'a Context, name: &'a Arg) -> Key<'a> {
+        let mode = match QUIET_PROBE.load(Relaxed) {
+            true => {
+                raw::REDISMODULE_READ
+                    | raw::REDISMODULE_OPEN_KEY_NOSTATS
+                    | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+            }
+            false => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        };
+        Key::open(ctx, name, mode)
     }
 
     /// Opens the key a name the module made names, for reading and writing,
@@ -370,7 +555,16 @@ impl<'a> Key<'a> {
     /// The effects of `ZREM key m1..mk` for members `zrem_deferred_each`
     /// took out: the signal, the events (`del` when the set emptied) and
     /// the replication, once.
-    pub fn removed<'m>(&self, members: impl Iterator<Item = &'m Arg>) {
+    pub fn removed_all(&self, members: &[Arg]) {
+        if members.is_empty() {
+            return;
+        }
+        self.zrem_events();
+        self.replicate_strings(c"ZREM", arg_ptrs(members));
+    }
+
+    /// `removed_all` of members found one by one.
+    pub fn removed_each<'m>(&self, members: impl Iterator<Item = &'m Arg>) {
         let strings: Vec<*mut RedisModuleString> = members.map(|m| m.0).collect();
         if strings.is_empty() {
             return;
@@ -579,16 +773,22 @@ impl<'a> Key<'a> {
         appended
     }
 
+    /// `xadd_jobs` that keeps the members the stream refused (the caller
+    /// then copies what it needs of them and drops them with `keep_first`
+    /// before `publish`).
+    pub fn xadd_jobs_keeping(&self, members: &Members) -> Appended {
+        self.append_entries(&members.ptrs)
+    }
+
     /// `XADD key * job <job>` of a command's own argument, with the effects
     /// of `xadd_jobs` then `publish`; `StreamFull` (nothing written) when the
     /// stream's IDs have run out. The caller has checked the type.
     pub fn xadd_job(&self, job: &Arg) -> Result<(), ReplyError> {
-        let strings = std::slice::from_ref(&job.0);
-        let appended = self.append_entries(strings);
-        if appended.ids.is_empty() {
-            return Err(ReplyError::StreamFull);
-        }
-        self.publish_strings(appended, strings);
+        let field = JobField::get(self.ctx);
+        let id = self
+            .append_entry(field.ptr, job.0)
+            .ok_or(ReplyError::StreamFull)?;
+        self.publish_entries(field.ptr, std::iter::once((id, job.0)));
         Ok(())
     }
 
@@ -597,34 +797,41 @@ impl<'a> Key<'a> {
     /// to be sent.
     fn append_entries(&self, strings: &[*mut RedisModuleString]) -> Appended {
         let mut ids = Vec::with_capacity(strings.len());
-        // SAFETY: a static 3-byte string; freed below, after its last use.
-        let field = unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, c"job".as_ptr(), 3) };
+        let field = JobField::get(self.ctx);
         for &member in strings {
-            let mut fields = [field, member];
-            let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
-            // SAFETY: a live write handle of a stream (checked by the caller);
-            // `fields` holds one field-value pair of live strings, which the
-            // server copies.
-            let status = unsafe {
-                api!(RedisModule_StreamAdd)(
-                    self.ptr,
-                    raw::REDISMODULE_STREAM_ADD_AUTOID as c_int,
-                    &mut id,
-                    fields.as_mut_ptr(),
-                    1,
-                )
-            };
-            if status != raw::REDISMODULE_OK as c_int {
+            let Some(id) = self.append_entry(field.ptr, member) else {
                 break;
-            }
-            ids.push(StreamId {
-                ms: id.ms,
-                seq: id.seq,
-            });
+            };
+            ids.push(id);
         }
-        // SAFETY: created above and no longer used.
-        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, field) };
         Appended { ids }
+    }
+
+    /// Appends the entry `<field> <member>`: its ID, or `None` when the
+    /// stream refused it (its IDs exhausted), nothing written.
+    fn append_entry(
+        &self,
+        field: *mut RedisModuleString,
+        member: *mut RedisModuleString,
+    ) -> Option<StreamId> {
+        let mut fields = [field, member];
+        let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
+        // SAFETY: a live write handle of a stream (checked by the caller);
+        // `fields` holds one field-value pair of live strings, which the
+        // server copies.
+        let status = unsafe {
+            api!(RedisModule_StreamAdd)(
+                self.ptr,
+                raw::REDISMODULE_STREAM_ADD_AUTOID as c_int,
+                &mut id,
+                fields.as_mut_ptr(),
+                1,
+            )
+        };
+        (status == raw::REDISMODULE_OK as c_int).then_some(StreamId {
+            ms: id.ms,
+            seq: id.seq,
+        })
     }
 
     /// The effects of `xadd_jobs`: the signal (closing the key then wakes
@@ -632,29 +839,39 @@ impl<'a> Key<'a> {
     /// `XADD key <ms>-<seq> job <member>` per entry with the very ID the
     /// primary chose, so a replica holds the same entries and last ID.
     pub fn publish(&self, appended: Appended, members: &Members) {
-        self.publish_strings(appended, &members.ptrs);
-    }
-
-    fn publish_strings(&self, appended: Appended, strings: &[*mut RedisModuleString]) {
-        if appended.ids.is_empty() {
+        if appended.is_empty() {
             return;
         }
+        let field = JobField::get(self.ctx);
+        self.publish_entries(
+            field.ptr,
+            appended
+                .ids
+                .iter()
+                .copied()
+                .zip(members.ptrs.iter().copied()),
+        );
+    }
+
+    /// `publish` of entries, each its ID and member, at least one.
+    fn publish_entries(
+        &self,
+        field: *mut RedisModuleString,
+        entries: impl ExactSizeIterator<Item = (StreamId, *mut RedisModuleString)>,
+    ) {
         self.signal();
-        for _ in &appended.ids {
+        for _ in 0..entries.len() {
             self.notify(raw::REDISMODULE_NOTIFY_STREAM, c"xadd");
         }
-        // The field as one string for all entries ("s": the server takes a
-        // reference), not "c", which made a new string object and measured
-        // its C string for each of them.
-        // SAFETY: a static 3-byte string; freed below, after its last use.
-        let field = unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, c"job".as_ptr(), 3) };
         // On the stack: a heap string per entry was a tenth of a promote of 1000.
         let mut ids = IdPrinter::new();
-        for (&id, &member) in appended.ids.iter().zip(strings) {
+        for (id, member) in entries {
             let text = ids.print(id);
             // SAFETY: "sbss": a string, a buffer as pointer and length, and
             // two strings, all live for the call, which copies the buffer and
-            // takes references to the strings.
+            // takes references to the strings (the field as one string for
+            // all entries, not "c", which made a new string object and
+            // measured its C string for each).
             unsafe {
                 api!(RedisModule_Replicate)(
                     self.ctx.ctx,
@@ -668,8 +885,6 @@ impl<'a> Key<'a> {
                 )
             };
         }
-        // SAFETY: created above; the replicated commands hold their own references.
-        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, field) };
     }
 
     /// The integer a string key holds: `None` when the key is missing, of
@@ -987,6 +1202,17 @@ pub struct Appended {
     ids: Vec<StreamId>,
 }
 
+impl Appended {
+    /// How many entries went in.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
 /// A stream entry ID, `<ms>-<seq>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct StreamId {
@@ -1034,16 +1260,24 @@ impl IdPrinter {
 }
 
 /// Writes `n` in decimal at the end of `out` (20 bytes, room for any u64);
-/// gives the number of digits written.
+/// gives the number of digits written. Two digits a step, from a table: an
+/// ID is printed for every XADD an add or a promote replicates.
 fn write_decimal(mut n: u64, out: &mut [u8]) -> usize {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
     let mut at = out.len();
-    loop {
+    while n >= 10 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        out[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n > 0 || at == out.len() {
         at -= 1;
-        out[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        out[at] = b'0' + n as u8;
     }
     out.len() - at
 }
@@ -1115,16 +1349,41 @@ unsafe fn take_string(ctx: *mut RedisModuleCtx, string: *mut RedisModuleString) 
 }
 
 impl Members {
-    /// Members the module holds as owned strings (released from groups),
-    /// in order, taken over without a copy.
-    pub fn from_names(ctx: &Context, names: impl Iterator<Item = OwnedName>) -> Members {
-        let mut made = Members::new(ctx.ctx);
-        made.ptrs.extend(names.map(|name| {
-            let name = std::mem::ManuallyDrop::new(name);
-            name.ptr
-        }));
-        made
+    /// No members yet: `push` takes them over.
+    pub fn empty(ctx: &Context) -> Members {
+        Members::new(ctx.ctx)
     }
+
+    /// Takes over `name` (released from a group), after the others, without
+    /// a copy.
+    pub fn push(&mut self, name: OwnedName) {
+        let name = std::mem::ManuallyDrop::new(name);
+        self.ptrs.push(name.ptr);
+    }
+
+    /// Makes room for `more` members.
+    pub fn reserve(&mut self, more: usize) {
+        self.ptrs.reserve(more);
+    }
+
+    /// The members as arguments, in order.
+    pub fn args(&self) -> &[Arg] {
+        // SAFETY: Arg is a transparent wrapper of the same pointer type, and
+        // the strings live as long as self.
+        unsafe { std::slice::from_raw_parts(self.ptrs.as_ptr().cast::<Arg>(), self.ptrs.len()) }
+    }
+
+    /// Keeps the first `len` members, freeing the rest (what a stream
+    /// refused, once the caller has copied what it needs of them).
+    pub fn keep_first(&mut self, len: usize) {
+        self.truncate(len);
+    }
+}
+
+/// Arguments as the pointers the server takes.
+fn arg_ptrs(args: &[Arg]) -> &[*mut RedisModuleString] {
+    // SAFETY: Arg is a transparent wrapper of the pointer: same layout.
+    unsafe { std::slice::from_raw_parts(args.as_ptr().cast(), args.len()) }
 }
 
 impl Drop for Members {

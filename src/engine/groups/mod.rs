@@ -47,7 +47,7 @@ use crate::rules::fairness::{self, Group, GroupLimit, GroupStore, Pop, Release, 
 use crate::rules::limiter::{self, Gcra};
 use crate::rules::slots;
 use crate::server::config::{self, ApplyConfigs, StringConfig};
-use crate::server::keys::{Arg, Key, Kind, OwnedName, ZaddIf};
+use crate::server::keys::{Arg, Key, Kind, Members, OwnedName, ZaddIf};
 use crate::server::{clock, context};
 
 mod listing;
@@ -293,10 +293,14 @@ pub fn grouped(ctx: &Context, schedule: &[u8]) -> Result<bool, RedisError> {
     }
 }
 
-/// What a grouped release did, for the mover: the members as the server's
-/// strings, already out of their groups.
+/// What a grouped release did, for the mover: the members already out of
+/// their groups, with their names as the server's strings, in release
+/// order (`names` at `n` is `release.released`'s `n`th member's).
 pub struct Outcome {
     pub release: Release<Taken>,
+    pub names: Members,
+    /// The earliest fire time among the members released.
+    pub earliest_ms: Option<i64>,
 }
 
 /// One fair release of at most `want` members of the grouped `schedule`
@@ -337,7 +341,12 @@ pub fn release(
             key.set_expiring(update.tat.encode().as_bytes(), update.until_ms);
         }
     }
-    Ok(Outcome { release })
+    let names = std::mem::replace(&mut store.taken, Members::empty(ctx));
+    Ok(Outcome {
+        release,
+        names,
+        earliest_ms: store.earliest_ms,
+    })
 }
 
 /// Puts members a stream refused back in their groups (its IDs ran out):

@@ -34,6 +34,8 @@ impl StoreNames {
 /// most about k members are read and not taken.
 const FIRST_READ: usize = 2;
 const MAX_READ: usize = 1024;
+/// The most members a long run makes room for before it reads them.
+const MAX_RESERVE: usize = 1024;
 
 /// A group's members as one release pops them: removed from the set one by
 /// one as they are popped (so every read of the set sees the pops), their
@@ -64,21 +66,13 @@ impl Ahead {
     }
 }
 
-/// A member a release took out of its group: its name, and the head it
-/// came from (whose key sends its removal).
+/// A member a release took out of its group: the head it came from (whose
+/// key sends its removal). Its name is in the store's `taken`, at the
+/// member's own position in the release: one array of the server's strings
+/// that the removals, the push and its replication all read as it is, so a
+/// released member costs a small record and one pointer, not a copy a step.
 pub struct Taken {
     head: usize,
-    name: OwnedName,
-}
-
-impl Taken {
-    pub fn into_name(self) -> OwnedName {
-        self.name
-    }
-
-    pub fn name(&self) -> &Arg {
-        self.name.arg()
-    }
 }
 
 /// The fair release's store over the keys of one grouped schedule.
@@ -96,6 +90,11 @@ pub(super) struct KeyStore<'a> {
     /// key opened once, and members read ahead of the pops.
     heads: Vec<Head<'a>>,
     head_of: HashMap<Group, usize>,
+    /// The names of the members taken, in release order (the `n`th
+    /// member's at `n`), owned until pushed.
+    pub(super) taken: Members,
+    /// The earliest fire time among the members taken.
+    pub(super) earliest_ms: Option<i64>,
     /// The ungrouped members are in no index: their group may be admitted
     /// once `S`'s earliest member is due and not before this (its limit's
     /// room, or a wait set in this release).
@@ -126,6 +125,8 @@ impl<'a> KeyStore<'a> {
             limit: default_limit(schedule),
             heads: Vec::new(),
             head_of: HashMap::new(),
+            taken: Members::empty(ctx),
+            earliest_ms: None,
             ungrouped_not_before_ms: i64::MIN,
         };
         if let Some(limit) = store.limit {
@@ -144,20 +145,22 @@ impl<'a> KeyStore<'a> {
     pub(super) fn publish<'s>(&'s self, released: &[fairness::Released<Taken>]) {
         let key_of =
             |head: &'s Head<'a>| -> &'s Key<'a> { head.key.as_ref().unwrap_or(self.ungrouped) };
+        let names = self.taken.args();
         if let [head] = self.heads.as_slice() {
-            // One group popped from (often the only one due): no sorting.
-            key_of(head).removed(released.iter().map(|r| r.member.name()));
+            // One group popped from (often the only one due): its members
+            // are the names as they stand.
+            key_of(head).removed_all(names);
             return;
         }
         let mut by_head: Vec<Vec<&Arg>> = Vec::new();
         by_head.resize_with(self.heads.len(), Vec::new);
-        for r in released {
+        for (r, name) in released.iter().zip(names) {
             if let Some(members) = by_head.get_mut(r.member.head) {
-                members.push(r.member.name());
+                members.push(name);
             }
         }
         for (head, members) in self.heads.iter().zip(by_head) {
-            key_of(head).removed(members.into_iter());
+            key_of(head).removed_each(members.into_iter());
         }
     }
 
@@ -262,6 +265,8 @@ impl GroupStore for KeyStore<'_> {
         Group::from_stored(name)
     }
 
+    /// The member's name goes to `taken` as with a run: the caller puts the
+    /// member in the release next, at the same position.
     fn pop_due(&mut self, group: &Group, now_ms: i64) -> Pop<Taken> {
         let mut out = Vec::with_capacity(1);
         match self.pop_due_run(group, now_ms, 1, &mut out) {
@@ -300,6 +305,8 @@ impl GroupStore for KeyStore<'_> {
         };
         let members = head.key.as_ref().map_or(self.ungrouped, |key| key);
         let ahead = &mut head.ahead;
+        let names = &mut self.taken;
+        let earliest = &mut self.earliest_ms;
         let max = usize::try_from(max.max(1)).unwrap_or(usize::MAX);
         let start = out.len();
         let mut stopped_at: Option<i64> = None;
@@ -312,17 +319,15 @@ impl GroupStore for KeyStore<'_> {
                 // A long run: the rest read straight into `out`, as an
                 // ungrouped release reads its due members (one search, one
                 // step each), then removed; what follows is read afresh.
-                let from = out.len();
+                let from = names.len();
+                names.reserve(left.min(MAX_RESERVE));
+                out.reserve(left.min(MAX_RESERVE));
                 // now_ms is an integer far below 2^53: the bound is exact.
                 members.zset_each(now_ms as f64, left, |name, score| {
-                    out.push(fairness::Released {
-                        group: group.clone(),
-                        member: Taken { head: at, name },
-                        fire_at_ms: score_ms(score),
-                    });
+                    take_into(out, names, earliest, group, at, name, score_ms(score));
                 });
-                let read = out.get(from..).unwrap_or_default();
-                members.zrem_deferred_each(read.iter().map(|r| r.member.name()));
+                let read = names.args().get(from..).unwrap_or_default();
+                members.zrem_deferred_each(read.iter());
                 ahead.next_read = FIRST_READ;
                 break;
             }
@@ -338,11 +343,7 @@ impl GroupStore for KeyStore<'_> {
                 break;
             };
             members.zrem_deferred_each(std::iter::once(name.arg()));
-            out.push(fairness::Released {
-                group: group.clone(),
-                member: Taken { head: at, name },
-                fire_at_ms,
-            });
+            take_into(out, names, earliest, group, at, name, fire_at_ms);
         }
         let next_fire_at_ms = stopped_at.or_else(|| ahead.front(members).map(score_ms));
         let Some(last) = out.get(start..).and_then(<[_]>::last) else {
@@ -390,6 +391,30 @@ impl GroupStore for KeyStore<'_> {
     fn tat(&mut self, group: &Group) -> Option<Tat> {
         stored_tat(self.ctx, self.schedule, group)
     }
+}
+
+/// Records a member taken from head `at`: its record in `out`, its name at
+/// the same position in `names` (which takes the string over), and the
+/// earliest fire time.
+#[inline]
+fn take_into(
+    out: &mut Vec<fairness::Released<Taken>>,
+    names: &mut Members,
+    earliest_ms: &mut Option<i64>,
+    group: &Group,
+    at: usize,
+    name: OwnedName,
+    fire_at_ms: i64,
+) {
+    names.push(name);
+    if earliest_ms.is_none_or(|earliest| fire_at_ms < earliest) {
+        *earliest_ms = Some(fire_at_ms);
+    }
+    out.push(fairness::Released {
+        group: group.clone(),
+        member: Taken { head: at },
+        fire_at_ms,
+    });
 }
 
 /// A group's stored TAT, if any.

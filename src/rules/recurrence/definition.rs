@@ -166,10 +166,13 @@ impl Definition {
             .filter(|&n| request.until_ms.is_none_or(|until| n <= until))?;
         Some(Definition {
             spec: request.spec_text.to_vec(),
-            zone: if request.zone_given {
-                request.zone.name().as_bytes().to_vec()
-            } else {
-                Vec::new()
+            // `TZ UTC` is the default said out loud: stored as no `TZ`, so
+            // an instance that says it and one that does not declare the
+            // same definition.
+            zone: match request.zone.name() {
+                _ if !request.zone_given => Vec::new(),
+                "UTC" | "Etc/UTC" => Vec::new(),
+                name => name.as_bytes().to_vec(),
             },
             jitter_ms: request.jitter_ms,
             from_ms: request.from_ms,
@@ -518,6 +521,13 @@ mod tests {
         ] {
             assert_eq!(Definition::decode(bad), None);
         }
+        let utc = request(b"every:1000", &[b"TZ", b"utc"]);
+        let plain = request(b"every:1000", &[]);
+        let (a, b) = (
+            Definition::first(&utc, None, T0).unwrap(),
+            Definition::first(&plain, None, T0).unwrap(),
+        );
+        assert!(a.same_as(&b), "TZ UTC is no TZ");
         let mut other = d.clone();
         other.next_ms += 1;
         other.anchor_ms += 1;
