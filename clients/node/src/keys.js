@@ -127,8 +127,7 @@ export function checkGroupLimit(rate, burst) {
 // jitter (0..= the interval of `every:`, 0..=10^13 for a cron), the zone (a non-empty name; the
 // server knows which exist), `fromMs <= untilMs` (Unix ms, safe integers). Returns the option
 // words: JITTER and TZ only when given, so every library sends one definition in the same words
-// (the server keeps `TZ UTC` apart from no TZ, and a definition declared again must be the same
-// one to change nothing).
+// (a definition declared again changes nothing only when it is the same as written).
 export function checkRepeat(id, spec, { jitterMs = 0, tz = null, fromMs = null, untilMs = null } = {}) {
   if (typeof id !== "string" || id === "") throw new TypeError("a recurring job's id is a non-empty string");
   if (LONE_SURROGATE.test(id)) throw new TypeError("a recurring job's id is valid UTF-8: this one holds a lone surrogate");

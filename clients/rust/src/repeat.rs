@@ -104,8 +104,8 @@ impl Repeat {
 /// the jitter at most the interval of `every:` (10^13 for a cron), a
 /// non-empty zone, and `from_ms <= until_ms`. The option words: `JITTER`
 /// and `TZ` only when given, so every library sends one definition in the
-/// same words (the server keeps `TZ UTC` apart from no `TZ`, and a
-/// definition declared again must be the same one to change nothing).
+/// same words (a definition declared again changes nothing only when it
+/// is the same as written).
 pub(crate) fn repeat_words(
     id: &str,
     spec: &str,

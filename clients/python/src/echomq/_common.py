@@ -153,8 +153,8 @@ def repeat_words(
     the jitter (0..= the interval of ``every:``, 0..=10^13 for a cron), the zone (a non-empty
     name; the server knows which exist), and ``from_ms <= until_ms`` (Unix ms, 64-bit). Returns
     the id and the spec as bytes and the option words; JITTER and TZ only when given, so that
-    every library sends one definition in the same words (the server keeps ``TZ UTC`` apart from
-    no TZ, and a definition declared again must be the same one to change nothing)."""
+    every library sends one definition in the same words (a definition declared again changes
+    nothing only when it is the same as written)."""
     _, rid = new_job_id(repeat_id)
     if len(rid) > MAX_REPEAT_ID_BYTES:
         raise ValueError("a recurring job's id must be 1..=%d bytes, not %d" % (MAX_REPEAT_ID_BYTES, len(rid)))
