@@ -296,7 +296,10 @@ async fn run_worker(
                 if let Some(key) = log_starts {
                     let mut cmd = redis::cmd("XADD");
                     cmd.arg(key).arg("*").arg("job").arg(&job.id);
-                    cmd.arg("attempt").arg(job.attempt).arg("entry").arg(&job.entry_id);
+                    cmd.arg("attempt")
+                        .arg(job.attempt)
+                        .arg("entry")
+                        .arg(&job.entry_id);
                     retried(&conn, cmd).await?;
                 }
                 if crash || crash_on.as_deref() == Some(job.id.as_str()) {
