@@ -53,9 +53,10 @@ def lane_summary(r):
     show = lambda x, c: ("≥ %.1f" if c else "%.2f") % x  # noqa: E731
     unstarted = sum(1 for _, started in waits if not started)
     return ("t1..t9's wait from add to start: p50 %s s, p99 %s s, %s of %s not started by the end; "
-            "%s calls, %.1f %% failed; t0 served %.1f/s; run %.1f s"
+            "%s calls, %s %% failed; t0 served %.1f/s; run %.1f s"
             % (show(p50, c50), show(p99, c99), f"{unstarted:,}", f"{len(waits):,}",
-               f"{r['calls']:,}", r["failed_pct"], r["big_per_s"], end))
+               f"{r['calls']:,}", ("%.2f" if r["failed_pct"] < 1 else "%.1f") % r["failed_pct"],
+               r["big_per_s"], end))
 
 
 def how(lane, run):
