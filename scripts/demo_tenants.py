@@ -187,7 +187,7 @@ def svg(data, round_index):
 
         # right: each small tenant's job, its wait against its add time
         wy = lambda v: y0 - plot_h * (math.log10(min(max(v, WAIT_MIN), WAIT_MAX)) - log_lo) / (log_hi - log_lo)  # noqa: E731,E501,B023
-        for tick, label in ((0.001, "1 ms"), (0.01, "10 ms"), (0.1, "0.1 s"), (1.0, "1 s"),
+        for tick, label in ((0.001, "≤ 1 ms"), (0.01, "10 ms"), (0.1, "0.1 s"), (1.0, "1 s"),
                             (10.0, "10 s"), (100.0, "100 s")):
             y = wy(tick)
             goal = tick == 1.0
@@ -221,7 +221,7 @@ def svg(data, round_index):
               % (x, y0, x, y0 + 4, INK, x, y0 + 15, SOFT, t))
             t += 5.0
         w('<text x="%.1f" y="%.1f" font-size="11" text-anchor="middle" fill="%s">t1..t9\'s wait '
-          'from add to start by add time (log scale, under 1 ms at 1 ms; dashed: 1 s)</text>'
+          'by its add time (log scale; dashed: 1 s)</text>'
           % (waits_x + waits_w / 2, y0 + 30, SOFT))
         if bounds:
             w('<text x="%.1f" y="%.1f" font-size="11" text-anchor="end" fill="%s">red: not started '
