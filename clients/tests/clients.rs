@@ -1340,7 +1340,8 @@ fn a_group_hold_stops_that_group_in_every_language(holder: Lang, test: &str) {
         .collect();
     let by_lang = |lang: Lang| b_in_hold.iter().filter(|s| s.lang == lang).count();
     eprintln!(
-        "{holder:?} held A until {until}: B released and started during the hold: {} (Python {}, Node {}, Rust {})",
+        "{holder:?} held A until {until}; the others ready and A's limit lifted {} ms before its end; B released and started during the hold: {} (Python {}, Node {}, Rust {})",
+        until - now_ms,
         b_in_hold.len(),
         by_lang(Python),
         by_lang(Node),
