@@ -6,7 +6,8 @@
 //!                  [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
 //!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //!                  [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
-//!                  [--crash-on ID] [--log-takes] [--jobs N] [--deadline-secs S]
+//!                  [--crash-on ID] [--hold-group-on ID] [--log-takes] [--log-starts KEY]
+//!                  [--jobs N] [--deadline-secs S]
 //! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--group G]
 //!                 [--cluster]
 //! crossworker dead --url URL --queue NAME [--cluster]
@@ -25,9 +26,13 @@
 //! through `redis::cluster::ClusterClient`.
 //!
 //! What `work` does in a run, in this order: `--log-takes` prints `took
-//! <entry-id> <job-id> <attempt>`; `--started` pushes the id; `--crash` (every
+//! <entry-id> <job-id> <attempt>`; `--started` pushes the id; `--log-starts
+//! KEY` adds `job <id> attempt <n> entry <entry-id>` to the stream KEY (the
+//! new entry's id is the server's clock at the start); `--crash` (every
 //! job) or `--crash-on ID` (that job) kills the process with SIGKILL;
-//! `--sleep-ms`; `--overload-every K` fails a run whose attempt is a multiple
+//! `--sleep-ms`; `--hold-group-on ID` fails that job's first attempt with
+//! `JobError::retry_after(--retry-after-ms, its group)`, holding the job's
+//! own group; `--overload-every K` fails a run whose attempt is a multiple
 //! of K with `RetryAfter(--retry-after-ms, default 1000)`; `--fail-first K`
 //! fails a job whose id ends in digits i its first `i % (K+1)` attempts with
 //! "planned failure"; `--fail MSG` fails every run; else `--done` counts the
@@ -256,6 +261,8 @@ async fn run_worker(
     let crash = options.contains_key("crash");
     let crash_on = options.get("crash-on").cloned();
     let log_takes = options.contains_key("log-takes");
+    let log_starts = options.get("log-starts").cloned();
+    let hold_group_on = options.get("hold-group-on").cloned();
     let fail_first = match options.get("fail-first") {
         Some(_) => Some(number(options, "fail-first", 0)?),
         None => None,
@@ -274,6 +281,7 @@ async fn run_worker(
                 crash_on.clone(),
                 conn.clone(),
             );
+            let (log_starts, hold_group_on) = (log_starts.clone(), hold_group_on.clone());
             let running = Running::new(&stats);
             async move {
                 let _running = running;
@@ -283,6 +291,15 @@ async fn run_worker(
                 if let Some(key) = started {
                     let mut cmd = redis::cmd("RPUSH");
                     cmd.arg(key).arg(&job.id);
+                    retried(&conn, cmd).await?;
+                }
+                if let Some(key) = log_starts {
+                    let mut cmd = redis::cmd("XADD");
+                    cmd.arg(key).arg("*").arg("job").arg(&job.id);
+                    cmd.arg("attempt")
+                        .arg(job.attempt)
+                        .arg("entry")
+                        .arg(&job.entry_id);
                     retried(&conn, cmd).await?;
                 }
                 if crash || crash_on.as_deref() == Some(job.id.as_str()) {
@@ -298,6 +315,9 @@ async fn run_worker(
                 // in every run.
                 if sleep_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+                }
+                if hold_group_on.as_deref() == Some(job.id.as_str()) && job.attempt == 1 {
+                    return Err(JobError::retry_after(retry_after_ms, job.group.clone()));
                 }
                 if overload_every > 0 && job.attempt.is_multiple_of(overload_every) {
                     return Err(JobError::RetryAfter(retry_after_ms));
