@@ -117,3 +117,7 @@ if [ -n "$server_pid" ]; then
 fi
 
 "$cargo" run --release --quiet --example demo -- --url "redis://127.0.0.1:$port/"
+
+# Scene 3: the tenants' herd, from one real run of make bench BENCH_ARGS="--only tenants"
+# (target/bench/tenants.json), drawn by scripts/demo_tenants.py as target/demo/tenants.svg.
+python3 "$root/scripts/demo_tenants.py"

@@ -1150,3 +1150,288 @@ fn small_groups_are_not_stuck_behind_a_big_one() {
     assert_eq!(keys, Vec::<String>::new(), "no group key left");
     assert_queue_empty(&mut con, queue);
 }
+
+/// One run's start, as `--log-starts` wrote it: the start's and the pending
+/// entry's server ms (the entry's: when the release put the run in pending).
+#[derive(Debug)]
+struct Start {
+    lang: Lang,
+    at_ms: i64,
+    entry_ms: i64,
+    job: String,
+    attempt: u64,
+}
+
+/// The ms part of a stream entry id.
+fn id_ms(id: &str) -> i64 {
+    let ms = id.split('-').next().and_then(|ms| ms.parse().ok());
+    ms.unwrap_or_else(|| panic!("not a stream entry id: {id:?}"))
+}
+
+/// Every start `lang`'s worker logged in the stream `key`.
+fn starts_in(con: &mut Connection, lang: Lang, key: &str) -> Vec<Start> {
+    let entries: Vec<(String, BTreeMap<String, String>)> =
+        run(con, cmd("XRANGE").arg(key).arg("-").arg("+"));
+    entries
+        .into_iter()
+        .map(|(id, f)| Start {
+            lang,
+            at_ms: id_ms(&id),
+            entry_ms: id_ms(&f["entry"]),
+            job: f["job"].clone(),
+            attempt: f["attempt"].parse().expect("attempt"),
+        })
+        .collect()
+}
+
+/// A worker of `holder`'s language answers the first job of group A with
+/// `RetryAfter(2000)` holding its own group (Python `RetryAfter(ms,
+/// group=job.group)`, Node.js `new RetryAfter(ms, { group: job.group })`,
+/// Rust `JobError::retry_after(ms, job.group)`), with workers of the other
+/// two languages running: by the server's clock, as each handler logged it,
+/// no job of A is released or starts in any language before the hold's end,
+/// jobs of B are released and start during it, and after it every job of A
+/// runs, each once, the one that asked for the hold on its second attempt.
+///
+/// A hold stops a group's release, not what was released before it, so
+/// group A is kept to one job until the hold is in force by a limit of 1/h
+/// burst 1 (`ECHO.GROUPLIMIT`), lifted once the hold's key exists; from then
+/// on only the hold keeps A back. B is limited to 20/s, so its 100 jobs leave
+/// over 5 s, across the hold. The queue is released by the workers' own
+/// promotes (it is not in `echomq.auto-promote`), so each language's release
+/// meets the hold. The holder starts alone and takes A's first job; it
+/// sleeps 1.5 s in every run, so the other two are started while it holds
+/// the job, and must be ready before the hold ends.
+fn a_group_hold_stops_that_group_in_every_language(holder: Lang, test: &str) {
+    let Some((_server, url, mut con)) = three_languages(test) else {
+        return;
+    };
+    let queue = format!("x-ghold-{holder:?}").to_lowercase();
+    let schedule = format!("{{{queue}}}:schedule");
+    let (a_jobs, b_jobs, hold_ms) = (30, 100, 2000_i64);
+    for (group, limit) in [("A", "1/h"), ("B", "20/s")] {
+        let _: () = run(
+            &mut con,
+            cmd("ECHO.GROUPLIMIT")
+                .arg(&schedule)
+                .arg(group)
+                .arg(limit)
+                .arg(1),
+        );
+    }
+    let others: Vec<Lang> = [Python, Node, Rust]
+        .into_iter()
+        .filter(|&l| l != holder)
+        .collect();
+    let adds = [
+        (
+            others[0],
+            "A",
+            spawn_grouped_add(others[0], &url, &queue, a_jobs, "a-", "A"),
+        ),
+        (
+            others[1],
+            "B",
+            spawn_grouped_add(others[1], &url, &queue, b_jobs, "b-", "B"),
+        ),
+    ];
+    for (lang, group, mut add) in adds {
+        assert!(
+            add.wait().expect("wait").success(),
+            "{lang:?} added {group}"
+        );
+    }
+    let keys = |lang: Lang| {
+        let l = format!("{lang:?}").to_lowercase();
+        (
+            format!("{{{queue}}}:done-{l}"),
+            format!("{{{queue}}}:starts-{l}"),
+        )
+    };
+    let worker = |lang: Lang, extra: &[&str]| {
+        let (done, starts) = keys(lang);
+        let mut args = vec![
+            "--url",
+            &url,
+            "--queue",
+            &queue,
+            "--done",
+            &done,
+            "--log-starts",
+            &starts,
+            "--backoff",
+            "fixed:100",
+        ];
+        args.extend_from_slice(extra);
+        spawn_work(lang, &args)
+    };
+    let ready = |lang: Lang, (child, stdout): (std::process::Child, std::process::ChildStdout)| {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("read the worker's first line");
+        assert_eq!(line.trim(), "ready", "{lang:?} worker did not start");
+        (lang, keys(lang).0, Worker { lang, child })
+    };
+    let hold = hold_ms.to_string();
+    let holding = worker(
+        holder,
+        &[
+            "--hold-group-on",
+            "a-0",
+            "--retry-after-ms",
+            &hold,
+            "--sleep-ms",
+            "1500",
+        ],
+    );
+    let mut workers = vec![ready(holder, holding)];
+    let holder_starts = keys(holder).1;
+    wait_until("the holder started a-0", Duration::from_secs(20), || {
+        let jobs: Vec<String> = starts_in(&mut con, holder, &holder_starts)
+            .into_iter()
+            .map(|s| s.job)
+            .collect();
+        jobs.contains(&"a-0".to_string())
+            .then_some(())
+            .ok_or(format!("started {jobs:?}"))
+    });
+    let spawned: Vec<_> = others.iter().map(|&l| (l, worker(l, &[]))).collect();
+    workers.extend(spawned.into_iter().map(|(l, w)| ready(l, w)));
+    let hold_key = format!("{schedule}:echomq-ghold:A");
+    let mut until = 0_i64;
+    wait_until("group A held", Duration::from_secs(20), || {
+        let value: Option<i64> = run(&mut con, cmd("GET").arg(&hold_key));
+        until = value.ok_or("no hold yet")?;
+        Ok(())
+    });
+    let _: () = run(
+        &mut con,
+        cmd("ECHO.GROUPLIMIT")
+            .arg(&schedule)
+            .arg("A")
+            .arg("DEFAULT"),
+    );
+    let (now_s, now_us): (i64, i64) = run(&mut con, &cmd("TIME"));
+    let now_ms = now_s * 1000 + now_us / 1000;
+    assert!(
+        now_ms < until,
+        "the other workers were ready only {} ms after the hold ended: the scenario did not happen",
+        now_ms - until
+    );
+    wait_all_done(&mut con, &workers, a_jobs + b_jobs);
+    let mut starts = Vec::new();
+    for &lang in &[Python, Node, Rust] {
+        starts.extend(starts_in(&mut con, lang, &keys(lang).1));
+    }
+    let seen = stop_and_tally(&mut con, workers);
+    let held_from = until - hold_ms;
+    let first: Vec<&Start> = starts
+        .iter()
+        .filter(|s| s.job == "a-0" && s.attempt == 1)
+        .collect();
+    assert!(
+        first.len() == 1 && first[0].lang == holder && first[0].at_ms < until,
+        "a-0's first run, by the holder, before the hold's end: {first:?}"
+    );
+    for s in starts.iter().filter(|s| s.job.starts_with("a-")) {
+        if s.job == "a-0" && s.attempt == 1 {
+            continue;
+        }
+        assert!(
+            s.entry_ms >= until && s.at_ms >= until,
+            "{s:?}: a job of the held group released or started {} ms before the hold's end ({until})",
+            until - s.at_ms.min(s.entry_ms)
+        );
+    }
+    let retries: Vec<&Start> = starts
+        .iter()
+        .filter(|s| s.job == "a-0" && s.attempt == 2)
+        .collect();
+    assert_eq!(retries.len(), 1, "a-0 retried once: {retries:?}");
+    let b_in_hold: Vec<&Start> = starts
+        .iter()
+        .filter(|s| s.job.starts_with("b-"))
+        .filter(|s| s.entry_ms >= held_from && s.at_ms < until)
+        .collect();
+    let by_lang = |lang: Lang| b_in_hold.iter().filter(|s| s.lang == lang).count();
+    eprintln!(
+        "{holder:?} held A until {until}; the others ready and A's limit lifted {} ms before its end; B released and started during the hold: {} (Python {}, Node {}, Rust {})",
+        until - now_ms,
+        b_in_hold.len(),
+        by_lang(Python),
+        by_lang(Node),
+        by_lang(Rust)
+    );
+    assert!(
+        !b_in_hold.is_empty(),
+        "no job of B was released and started during A's hold"
+    );
+    let want: BTreeSet<String> = (0..a_jobs)
+        .map(|i| format!("a-{i}"))
+        .chain((0..b_jobs).map(|i| format!("b-{i}")))
+        .collect();
+    assert_eq!(
+        seen.keys().cloned().collect::<BTreeSet<_>>(),
+        want,
+        "the jobs done are the jobs added"
+    );
+    assert!(
+        seen.values().all(|langs| langs.len() == 1),
+        "a job done by two workers"
+    );
+    let mut runs: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in &starts {
+        *runs.entry(s.job.as_str()).or_default() += 1;
+    }
+    for (job, n) in &runs {
+        let want = if *job == "a-0" { 2 } else { 1 };
+        assert_eq!(*n, want, "{job} started {n} times");
+    }
+    assert_eq!(runs.len(), want.len(), "every job started");
+    let _: () = run(
+        &mut con,
+        cmd("ECHO.GROUPLIMIT")
+            .arg(&schedule)
+            .arg("B")
+            .arg("DEFAULT"),
+    );
+    // An emptied group's bucket stays until it no longer matters (docs/groups.md):
+    // A's, at 1/h, for up to an hour; B's, at 20/s, is gone.
+    let bucket = format!("{schedule}:echomq-gtat:A");
+    let keys: Vec<String> = run(&mut con, cmd("KEYS").arg(format!("{schedule}*")));
+    assert_eq!(
+        keys,
+        std::slice::from_ref(&bucket),
+        "no group key left but A's bucket"
+    );
+    let ttl: i64 = run(&mut con, cmd("PTTL").arg(&bucket));
+    assert!(
+        (1..=3_600_000).contains(&ttl),
+        "A's bucket expires within the hour: PTTL {ttl}"
+    );
+    assert_queue_empty(&mut con, &queue);
+}
+
+#[test]
+fn a_group_hold_from_python_stops_that_group_in_every_language() {
+    a_group_hold_stops_that_group_in_every_language(
+        Python,
+        "a_group_hold_from_python_stops_that_group_in_every_language",
+    );
+}
+
+#[test]
+fn a_group_hold_from_node_stops_that_group_in_every_language() {
+    a_group_hold_stops_that_group_in_every_language(
+        Node,
+        "a_group_hold_from_node_stops_that_group_in_every_language",
+    );
+}
+
+#[test]
+fn a_group_hold_from_rust_stops_that_group_in_every_language() {
+    a_group_hold_stops_that_group_in_every_language(
+        Rust,
+        "a_group_hold_from_rust_stops_that_group_in_every_language",
+    );
+}

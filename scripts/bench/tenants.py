@@ -39,15 +39,23 @@ a second), the run time (from the first add until every small tenant's job
 is done, at most 10 s after the last add, --tenants-grace). t0's backlog is
 not drained: at its quota that would take 1,000 s. Rounds: --tenants-rounds (default 3, 1
 with --quick); medians over rounds. Goal (b): p99 ≤ 1 s, failed ≤ 1 %.
+
+Every lane's every round also goes into target/bench/tenants.json with its
+per-job data (`detail`): per 250 ms from the first add, t0's and the small
+tenants' first calls, served calls and failed calls, and each small
+tenant's job as [add, wait] in seconds (wait null: not started by the end),
+which `make demo` draws (scripts/demo_tenants.py).
 """
 
 import json
+import math
 import os
+import subprocess
 import sys
 import threading
 import time
 
-from .client import Conn
+from .client import Conn, info
 from .harness import SCRIPTS, delete_keys, med, ok, rotate, server_configs, settle
 from .herd import MAX_ATTEMPTS, OK, PROMOTION, Dependency, Run, start_run
 from .herd_first import add_many
@@ -63,6 +71,7 @@ WORKERS = 10
 SERVICE_S = 0.02      # a call's time in its worker
 ARRIVALS_S = 15.0
 GRACE_S = 10.0        # after the last add, for the small tenants' last jobs
+BIN_S = 0.25          # the per-job data's bins (tenants.json's detail)
 JSON_PATH = os.path.join(SCRIPTS, "..", "target", "bench", "tenants.json")
 
 # (name, title, grouped, queue limit, group limit)
@@ -146,6 +155,56 @@ def small_producer(run, arrivals_s, errors):
     run.arrivals_done(len(run.added))
 
 
+def run_info(bench, load_before):
+    """Which run tenants.json is: the checkout's commit (+ "-dirty" when it has
+    changes), the time, the server, the machine and its load before and after."""
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=SCRIPTS, capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit and git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), "")
+    except OSError:
+        pass
+    server = info(bench.c, "server")
+    return {"commit": commit, "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+            "server": "%s %s" % ("Valkey" if "valkey_version" in server else "Redis",
+                                 server.get("valkey_version") or server.get("redis_version", "?")),
+            "cpu": cpu, "cores": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()]}
+
+
+def detail(run, span, end):
+    """The lane's per-job data for tenants.json: per BIN_S from the first add,
+    t0's ("big") and the small tenants' first calls, served and failed calls,
+    and every small tenant's job as [add s, wait s], wait None when it had
+    not started by the end, in add order."""
+    n = max(1, math.ceil(span / BIN_S))
+    series = {"%s_%s" % (who, what): [0] * n
+              for who in ("big", "small") for what in ("started", "served", "failed")}
+    for tenant, dep in run.deps.items():
+        who = "big" if tenant == BIG else "small"
+        for at, attempt, outcome in dep.calls:
+            if at > span:
+                continue
+            b = min(n - 1, int(at / BIN_S))
+            series["%s_%s" % (who, "served" if outcome == OK else "failed")][b] += 1
+            if attempt == 1:
+                series[who + "_started"][b] += 1
+    small = [[round(at - run.t0, 3),
+              round(run.started[job] - at, 3) if run.started.get(job, end + 1) <= end else None]
+             for job, at in sorted(run.added.items(), key=lambda item: item[1])]
+    return {"bin_s": BIN_S, "series": series, "small": small}
+
+
 def lane(bench, name, grouped, queue_limit, group_limit, big_jobs, arrivals_s, grace_s):
     c = bench.c
     q = "tenants-%s" % name
@@ -204,7 +263,8 @@ def lane(bench, name, grouped, queue_limit, group_limit, big_jobs, arrivals_s, g
             "small_calls": len(small_calls), "failed_small": failed_small,
             "big_per_s": (len(big_calls) - failed_big) / span,
             "calls_per_s": n_calls / span, "run_s": span,
-            "finished": run.all_done.is_set(), "dead": dead, "big_add_s": big_add_s}
+            "finished": run.all_done.is_set(), "dead": dead, "big_add_s": big_add_s,
+            "detail": detail(run, span, end)}
 
 
 def show_wait(x, censored):
@@ -212,6 +272,7 @@ def show_wait(x, censored):
 
 
 def run(bench):
+    load_before = os.getloadavg()
     quick = bench.quick
     big_jobs = 5_000 if quick else BIG_JOBS
     arrivals_s = 5.0 if quick else ARRIVALS_S
@@ -240,7 +301,11 @@ def run(bench):
     with open(path, "w") as f:
         json.dump({"big_jobs": big_jobs, "arrivals_s": arrivals_s, "grace_s": grace_s,
                    "workers": WORKERS, "service_s": SERVICE_S, "quota": QUOTA,
-                   "quota_burst": QUOTA_BURST, "rounds": res}, f)
+                   "quota_burst": QUOTA_BURST, "small_rate": SMALL_RATE, "tenants": TENANTS,
+                   "group_limit": GROUP_LIMIT, "queue_limit": QUEUE_LIMIT,
+                   "lanes": [{"name": n, "title": t, "grouped": g, "queue_limit": ql,
+                              "group_limit": gl} for n, t, g, ql, gl in lanes],
+                   "run": run_info(bench, load_before), "rounds": res}, f)
     bench.tenants_json_written = path
 
     section = ("tenants' herd (t0 adds %d at once, t1..t9 %d/s each for %.0f s; quota %d/s %d a "

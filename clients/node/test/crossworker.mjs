@@ -5,7 +5,8 @@
 //                    [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
 //                    [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //                    [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
-//                    [--crash-on ID] [--log-takes] [--jobs N] [--deadline-secs S] [--ran KEY]
+//                    [--crash-on ID] [--hold-group-on ID] [--log-takes] [--log-starts KEY] [--jobs N]
+//                    [--deadline-secs S] [--ran KEY]
 //   crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--group G]
 //                   [--cluster]
 //   crossworker dead --url URL --queue NAME [--cluster]
@@ -19,8 +20,11 @@
 // --cluster: --url is one seed node, or several comma-separated, of a Valkey Cluster, and every
 // connection is an iovalkey Cluster. `work` prints `ready` once the group exists, with
 // --log-takes `took <entry-id> <job-id> <attempt>` as each run starts, and, on every exit that is
-// not a crash, `summary {"runs":R,"max_concurrent":C}`; --deadline-secs exits 2 after it. --ran
-// pushes `<job-id> <payload as hex>` as each run starts (after --started's push of the id).
+// not a crash, `summary {"runs":R,"max_concurrent":C}`; --deadline-secs exits 2 after it.
+// --log-starts KEY adds `job <id> attempt <n> entry <entry-id>` to the stream KEY as each run starts
+// (the new entry's id is the server's clock then); --hold-group-on ID fails that job's first
+// attempt with RetryAfter(--retry-after-ms) holding the job's own group.
+// --ran pushes `<job-id> <payload as hex>` as each run starts (after --started's push of the id).
 // `repeat` prints the fire time of the armed occurrence, `repeats` one JSON object a line (id,
 // spec, jitter_ms, tz, from_ms, until_ms, next_ms, fire_at_ms), `unrepeat` true or false.
 import { parseArgs } from "node:util";
@@ -132,11 +136,18 @@ async function work(values, connection, queue) {
       if (values["log-takes"]) await write(`took ${job.entryId} ${job.id} ${job.attempt}`);
       if (values.started) await retried(() => side.rpush(values.started, job.id));
       if (values.ran) await retried(() => side.rpush(values.ran, `${job.id} ${job.payload.toString("hex")}`));
+      if (values["log-starts"]) {
+        const fields = ["job", job.id, "attempt", String(job.attempt), "entry", job.entryId];
+        await retried(() => side.xadd(values["log-starts"], "*", ...fields));
+      }
       // A job that kills whatever runs it: this process dies as under SIGKILL.
       if (values.crash || (values["crash-on"] !== undefined && job.id === values["crash-on"])) {
         process.kill(process.pid, "SIGKILL");
       }
       if (sleepMs > 0) await sleep(sleepMs);
+      if (job.id === values["hold-group-on"] && job.attempt === 1) {
+        throw new RetryAfter(retryAfterMs, { group: job.group });
+      }
       if (overloadEvery !== undefined && job.attempt % overloadEvery === 0) throw new RetryAfter(retryAfterMs);
       if (failFirst !== undefined) {
         const i = trailingNumber(job.id);
@@ -298,7 +309,9 @@ async function main() {
       "overload-every": { type: "string" },
       "retry-after-ms": { type: "string" },
       "crash-on": { type: "string" },
+      "hold-group-on": { type: "string" },
       "log-takes": { type: "boolean" },
+      "log-starts": { type: "string" },
       jobs: { type: "string" },
       "deadline-secs": { type: "string" },
       count: { type: "string" },

@@ -5,7 +5,8 @@
                       [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
                       [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
                       [--crash-on ID] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
-                      [--log-takes] [--jobs N] [--deadline-secs S] [--ran KEY]
+                      [--hold-group-on ID] [--log-takes] [--log-starts KEY] [--jobs N]
+                      [--deadline-secs S] [--ran KEY]
   crossworker.py add --url URL --queue NAME [--cluster] --count N [--id-prefix P] [--delay-ms D]
                      [--group G]
   crossworker.py dead --url URL --queue NAME [--cluster]
@@ -23,10 +24,12 @@ With --cluster, --url is one seed node of a Valkey Cluster, or several separated
 spec, jitter_ms, tz, from_ms, until_ms, next_ms, fire_at_ms), ``unrepeat`` true or false.
 
 A run of ``work`` goes, in this order: --log-takes prints ``took <entry> <id> <attempt>``, --started
-pushes the id, --ran pushes ``<id> <payload as hex>``, --crash / --crash-on kill the process,
---sleep-ms sleeps, --overload-every raises RetryAfter, --fail-first and then --fail raise, --done
-counts the success. Every exit that is not a
-crash prints ``summary {"runs":R,"max_concurrent":C}``; --deadline-secs exits 2 after it.
+pushes the id, --ran pushes ``<id> <payload as hex>``, --log-starts adds ``job <id> attempt <n>
+entry <entry>`` to the stream KEY (the new entry's id is the server's clock at the start), --crash /
+--crash-on kill the process, --sleep-ms sleeps, --hold-group-on fails that job's first attempt with
+RetryAfter(--retry-after-ms) holding the job's own group, --overload-every raises RetryAfter,
+--fail-first and then --fail raise, --done counts the success. Every exit that is not a crash
+prints ``summary {"runs":R,"max_concurrent":C}``; --deadline-secs exits 2 after it.
 """
 
 from __future__ import annotations
@@ -98,9 +101,10 @@ _RETRIED_CODES = ("READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"
 
 
 def retried(write):
-    """Runs a side write of the handler (the --done HINCRBY, the --started RPUSH), again after a
-    50 ms pause doubling to 1 s while the server answers as in a failover, for up to 30 s: a
-    failover must not turn into a job failure. MOVED and ASK are followed by the cluster client."""
+    """Runs a side write of the handler (the --done HINCRBY, the --started RPUSH, the --log-starts
+    XADD), again after a 50 ms pause doubling to 1 s while the server answers as in a failover, for
+    up to 30 s: a failover must not turn into a job failure. MOVED and ASK are followed by the
+    cluster client."""
     pause, give_up = 0.05, time.monotonic() + 30
     while True:
         try:
@@ -167,11 +171,16 @@ def work(args) -> int:
             retried(lambda: client.rpush(args.started, job.id))
         if args.ran:
             retried(lambda: client.rpush(args.ran, "%s %s" % (job.id, job.payload.hex())))
+        if args.log_starts:
+            fields = {"job": job.id, "attempt": job.attempt, "entry": job.entry_id}
+            retried(lambda: client.xadd(args.log_starts, fields))
         if args.crash or (args.crash_on is not None and job.id == args.crash_on):
             # a job that kills whatever runs it: the worker dies as under SIGKILL
             os.kill(os.getpid(), signal.SIGKILL)
         if args.sleep_ms:
             time.sleep(args.sleep_ms / 1000)
+        if job.id == args.hold_group_on and job.attempt == 1:
+            raise echomq.RetryAfter(args.retry_after_ms, group=job.group)
         if args.overload_every and job.attempt % args.overload_every == 0:
             raise echomq.RetryAfter(args.retry_after_ms)
         if args.fail_first is not None:
@@ -342,7 +351,9 @@ def main(argv=None) -> int:
     w.add_argument("--fail-first", type=int)
     w.add_argument("--overload-every", type=int)
     w.add_argument("--retry-after-ms", type=int, default=1000)
+    w.add_argument("--hold-group-on")
     w.add_argument("--log-takes", action="store_true")
+    w.add_argument("--log-starts")
     w.add_argument("--jobs", type=int)
     w.add_argument("--deadline-secs", type=float, default=0)
     w.add_argument("--ran")

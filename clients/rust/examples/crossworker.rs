@@ -6,7 +6,8 @@
 //!                  [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
 //!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //!                  [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
-//!                  [--crash-on ID] [--log-takes] [--jobs N] [--deadline-secs S] [--ran KEY]
+//!                  [--crash-on ID] [--hold-group-on ID] [--log-takes] [--log-starts KEY]
+//!                  [--jobs N] [--deadline-secs S] [--ran KEY]
 //! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--group G]
 //!                 [--cluster]
 //! crossworker dead --url URL --queue NAME [--cluster]
@@ -33,9 +34,13 @@
 //!
 //! What `work` does in a run, in this order: `--log-takes` prints `took
 //! <entry-id> <job-id> <attempt>`; `--started` pushes the id; `--ran` pushes
-//! `<job-id> <payload as hex>`; `--crash` (every
+//! `<job-id> <payload as hex>`; `--log-starts
+//! KEY` adds `job <id> attempt <n> entry <entry-id>` to the stream KEY (the
+//! new entry's id is the server's clock at the start); `--crash` (every
 //! job) or `--crash-on ID` (that job) kills the process with SIGKILL;
-//! `--sleep-ms`; `--overload-every K` fails a run whose attempt is a multiple
+//! `--sleep-ms`; `--hold-group-on ID` fails that job's first attempt with
+//! `JobError::retry_after(--retry-after-ms, its group)`, holding the job's
+//! own group; `--overload-every K` fails a run whose attempt is a multiple
 //! of K with `RetryAfter(--retry-after-ms, default 1000)`; `--fail-first K`
 //! fails a job whose id ends in digits i its first `i % (K+1)` attempts with
 //! "planned failure"; `--fail MSG` fails every run; else `--done` counts the
@@ -269,6 +274,8 @@ async fn run_worker(
     let crash = options.contains_key("crash");
     let crash_on = options.get("crash-on").cloned();
     let log_takes = options.contains_key("log-takes");
+    let log_starts = options.get("log-starts").cloned();
+    let hold_group_on = options.get("hold-group-on").cloned();
     let fail_first = match options.get("fail-first") {
         Some(_) => Some(number(options, "fail-first", 0)?),
         None => None,
@@ -288,6 +295,7 @@ async fn run_worker(
                 crash_on.clone(),
                 conn.clone(),
             );
+            let (log_starts, hold_group_on) = (log_starts.clone(), hold_group_on.clone());
             let running = Running::new(&stats);
             async move {
                 let _running = running;
@@ -305,6 +313,15 @@ async fn run_worker(
                     cmd.arg(key).arg(format!("{} {hex}", job.id));
                     retried(&conn, cmd).await?;
                 }
+                if let Some(key) = log_starts {
+                    let mut cmd = redis::cmd("XADD");
+                    cmd.arg(key).arg("*").arg("job").arg(&job.id);
+                    cmd.arg("attempt")
+                        .arg(job.attempt)
+                        .arg("entry")
+                        .arg(&job.entry_id);
+                    retried(&conn, cmd).await?;
+                }
                 if crash || crash_on.as_deref() == Some(job.id.as_str()) {
                     // A job that kills whatever runs it: this process dies as under SIGKILL.
                     let pid = std::process::id().to_string();
@@ -318,6 +335,9 @@ async fn run_worker(
                 // in every run.
                 if sleep_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+                }
+                if hold_group_on.as_deref() == Some(job.id.as_str()) && job.attempt == 1 {
+                    return Err(JobError::retry_after(retry_after_ms, job.group.clone()));
                 }
                 if overload_every > 0 && job.attempt.is_multiple_of(overload_every) {
                     return Err(JobError::RetryAfter(retry_after_ms));
