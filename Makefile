@@ -79,7 +79,7 @@ web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_
 # release suite leaves out its three paced runs (15-19 s each; its other nine
 # tests run there): they follow the limiter's pacing for seconds, arithmetic
 # no server changes, and run on every Valkey version.
-REDIS_SUITES := --test commands --test add --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz --test release --test groups
+REDIS_SUITES := --test commands --test add --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz --test release --test groups --test repeat
 REDIS_SKIP := --skip exactly_at_the_limit --skip follows_the_dependency_down
 test: build ## Run every test against real servers (and Redis 7 when installed)
 	@echo "== make test on $$(valkey-server --version | sed -n 's/.* v=\([^ ]*\).*/Valkey \1/p') ($$(command -v valkey-server))"
@@ -165,7 +165,7 @@ bench: build ## Benchmark against native commands and Lua (starts its own server
 
 # The herd made visible: a cohort without and with jitter, drawn in the
 # terminal and as an SVG. Starts its own server.
-demo: build ## Show the herd without and with jitter (starts its own server)
+demo: build ## Show the herd without and with jitter, and the calendar's herd of hourly jobs (starts its own server)
 	bash scripts/demo.sh
 
 lint: ## cargo fmt --check and clippy -D warnings, as CI runs them

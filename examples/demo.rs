@@ -8,9 +8,17 @@
 //! sooner than half the backoff). `ECHO.SPREAD` reads the fire times back as a
 //! histogram; all three are drawn in the terminal and written as one SVG.
 //!
-//! Usage: `demo [--url redis://127.0.0.1:6379/] [--svg target/demo/herd.svg]`
-//! (or ECHOMQ_DEMO_URL / ECHOMQ_DEMO_SVG). It writes only its own keys, and
-//! deletes them when done, so any server with the module will do.
+//! Then the herd of the benchmark against a dependency (scene 2, from a
+//! file the benchmark writes), and the calendar's herd (scene 3): 10,000
+//! recurring definitions `cron:0 * * * *` (`ECHO.REPEAT`) fire in one
+//! millisecond at the next full hour, and the same 10,000 with
+//! `JITTER 300000` spread over its first five minutes, read back with
+//! `ECHO.SPREAD` and drawn in the terminal and as an SVG.
+//!
+//! Usage: `demo [--url redis://127.0.0.1:6379/] [--svg target/demo/herd.svg]
+//! [--calendar-svg target/demo/calendar-herd.svg]` (or ECHOMQ_DEMO_URL,
+//! ECHOMQ_DEMO_SVG, ECHOMQ_DEMO_CALENDAR_SVG). It writes only its own keys,
+//! and deletes them when done, so any server with the module will do.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -301,7 +309,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         jittered.peak(),
         equal.peak()
     );
-    herd_scene()
+    herd_scene()?;
+    calendar_scene(&mut con, &prefix)
 }
 
 // ---------------------------------------------------------------------------
@@ -671,5 +680,351 @@ fn herd_scene() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&svg_path, herd_svg(&run))?;
     let shown = std::fs::canonicalize(&svg_path).unwrap_or(svg_path);
     println!("  SVG: {}", shown.display());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Scene 3: the calendar's herd. Every tenant's hourly job fires at :00, so
+// 10,000 of them are one millisecond; `JITTER` on the definition draws each
+// occurrence anew over a window after its nominal time.
+
+const TENANTS: usize = 10_000;
+const CALENDAR_SPEC: &str = "cron:0 * * * *";
+const CALENDAR_JITTER_MS: i64 = 300_000;
+const HOUR_MS: i64 = 3_600_000;
+/// The hour from the next full hour, in 1-minute buckets.
+const MINUTE_BUCKETS: i64 = 60;
+/// The jitter's five minutes, in 1-second buckets.
+const SECOND_BUCKETS: i64 = 300;
+
+struct Calendar {
+    title: &'static str,
+    jitter_ms: i64,
+    /// The next full hour, the nominal time of every occurrence.
+    top_ms: i64,
+    /// ECHO.SPREAD of the hour from `top_ms` in 1-minute buckets.
+    minutes: Vec<i64>,
+    /// ECHO.SPREAD of [top, top + 5 min) in 1-second buckets.
+    seconds: Vec<i64>,
+    /// From the fire times ECHO.REPEAT replied: distinct ms, and the most
+    /// occurrences in one of them.
+    distinct_ms: usize,
+    busiest_ms: usize,
+}
+
+impl Calendar {
+    fn peak_minute(&self) -> i64 {
+        self.minutes.iter().copied().max().unwrap_or(0)
+    }
+
+    fn peak_second(&self) -> i64 {
+        self.seconds.iter().copied().max().unwrap_or(0)
+    }
+}
+
+fn server_ms(con: &mut redis::Connection) -> redis::RedisResult<i64> {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con)?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+/// 10,000 definitions `tenant-NNNNN` of `cron:0 * * * *` in `key`, with
+/// `JITTER jitter_ms` unless 0, pipelined; then read back.
+fn run_calendar(
+    con: &mut redis::Connection,
+    key: &str,
+    title: &'static str,
+    jitter_ms: i64,
+    top_ms: i64,
+) -> Result<Calendar, Box<dyn std::error::Error>> {
+    let mut fire_times: Vec<i64> = Vec::with_capacity(TENANTS);
+    for chunk in 0..TENANTS / 1000 {
+        let mut pipe = redis::pipe();
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            let cmd = pipe
+                .cmd("ECHO.REPEAT")
+                .arg(key)
+                .arg(format!("tenant-{i:05}"))
+                .arg(CALENDAR_SPEC);
+            if jitter_ms > 0 {
+                cmd.arg("JITTER").arg(jitter_ms);
+            }
+        }
+        let replies: Vec<i64> = pipe.query(con)?;
+        fire_times.extend(replies);
+    }
+    if let Some(t) = fire_times
+        .iter()
+        .find(|&&t| t < top_ms || t > top_ms + jitter_ms)
+    {
+        return Err(
+            format!("{title}: a fire time {t} outside [{top_ms}, {top_ms} + {jitter_ms}]").into(),
+        );
+    }
+    let spread =
+        |con: &mut redis::Connection, end: i64, buckets: i64| -> redis::RedisResult<Vec<i64>> {
+            redis::cmd("ECHO.SPREAD")
+                .arg(key)
+                .arg(top_ms)
+                .arg(end)
+                .arg(buckets)
+                .query(con)
+        };
+    let minutes = spread(con, top_ms + HOUR_MS, MINUTE_BUCKETS)?;
+    let seconds = spread(con, top_ms + CALENDAR_JITTER_MS, SECOND_BUCKETS)?;
+    fire_times.sort_unstable();
+    let mut distinct_ms = 0;
+    let mut busiest_ms = 0;
+    for run in fire_times.chunk_by(|a, b| a == b) {
+        distinct_ms += 1;
+        busiest_ms = busiest_ms.max(run.len());
+    }
+    Ok(Calendar {
+        title,
+        jitter_ms,
+        top_ms,
+        minutes,
+        seconds,
+        distinct_ms,
+        busiest_ms,
+    })
+}
+
+fn draw_calendar(c: &Calendar) {
+    const WIDTH: i64 = 50;
+    let how = if c.jitter_ms > 0 {
+        format!("{CALENDAR_SPEC} JITTER {}", c.jitter_ms)
+    } else {
+        CALENDAR_SPEC.to_string()
+    };
+    println!("{}: {TENANTS} x ECHO.REPEAT ... \"{how}\"", c.title);
+    println!(
+        "  ECHO.SPREAD over the hour from the next full hour ({} ms), occurrences per minute:",
+        c.top_ms
+    );
+    let last = c.minutes.iter().rposition(|&n| n > 0).unwrap_or(0);
+    let shown = (last + 2).min(c.minutes.len());
+    for (m, &n) in c.minutes.iter().enumerate().take(shown) {
+        let mut len = n * WIDTH / TENANTS as i64;
+        if n > 0 && len == 0 {
+            len = 1;
+        }
+        println!(
+            "  [{m:>2}, {:>2}) min  |{:<width$} {n:>5}",
+            m + 1,
+            "#".repeat(len as usize),
+            width = WIDTH as usize
+        );
+    }
+    println!(
+        "  [{shown:>2}, 60) min  |{:<width$} {:>5} each",
+        "",
+        0,
+        width = WIDTH as usize
+    );
+    let total: i64 = c.seconds.iter().sum();
+    let mean = total as f64 / c.seconds.len() as f64;
+    let min = c.seconds.iter().copied().min().unwrap_or(0);
+    println!(
+        "  in 1 s buckets of the first five minutes: {} to {} (mean {mean:.1}, the fullest {:.2}x the mean); {} distinct ms, at most {} in one ms",
+        min,
+        c.peak_second(),
+        c.peak_second() as f64 / mean,
+        c.distinct_ms,
+        c.busiest_ms
+    );
+    println!();
+}
+
+/// The two hours side by side, on the same axes: occurrences per minute.
+fn calendar_svg(cals: &[&Calendar]) -> String {
+    let (pw, ph) = (520.0, 340.0);
+    let (left, right, top, bottom) = (64.0, 16.0, 84.0, 56.0);
+    let width = pw * cals.len() as f64;
+    let height = ph;
+    let plot_w = pw - left - right;
+    let plot_h = ph - top - bottom;
+    let y_max = TENANTS as f64;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif">"#
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect width="{width}" height="{height}" fill="#ffffff"/>"##
+    );
+    for (p, c) in cals.iter().enumerate() {
+        let x0 = pw * p as f64 + left;
+        let y0 = top + plot_h;
+        let color = ["#d1495b", "#00798c"][p % 2];
+        let mid = pw * p as f64 + pw / 2.0;
+        let how = if c.jitter_ms > 0 {
+            format!("\"{CALENDAR_SPEC}\" JITTER {}", c.jitter_ms)
+        } else {
+            format!("\"{CALENDAR_SPEC}\"")
+        };
+        let _ = writeln!(
+            s,
+            r#"<text x="{mid:.1}" y="24" font-size="16" font-weight="bold" text-anchor="middle">{}</text>"#,
+            xml(c.title)
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{mid:.1}" y="44" font-size="12" text-anchor="middle" fill="#444">{TENANTS} x ECHO.REPEAT {}: fullest minute {}</text>"##,
+            xml(&how),
+            c.peak_minute()
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{mid:.1}" y="62" font-size="12" text-anchor="middle" fill="#444">fullest second {}, {} distinct ms, at most {} in one ms</text>"##,
+            c.peak_second(),
+            c.distinct_ms,
+            c.busiest_ms
+        );
+        for tick in [0, 2500, 5000, 7500, 10000] {
+            let y = y0 - plot_h * tick as f64 / y_max;
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x0:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e3e3e3"/>"##,
+                x0 + plot_w
+            );
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end" fill="#444">{tick}</text>"##,
+                x0 - 6.0,
+                y + 4.0
+            );
+        }
+        let _ = writeln!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle" fill="#444" transform="rotate(-90 {:.1} {:.1})">jobs per minute</text>"##,
+            x0 - 46.0,
+            top + plot_h / 2.0,
+            x0 - 46.0,
+            top + plot_h / 2.0
+        );
+        let bar = plot_w / MINUTE_BUCKETS as f64;
+        for (m, &n) in c.minutes.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let bh = plot_h * n as f64 / y_max;
+            let bx = x0 + m as f64 * bar + 0.5;
+            let _ = writeln!(
+                s,
+                r#"<rect x="{bx:.1}" y="{:.1}" width="{:.1}" height="{bh:.1}" fill="{color}"><title>minute {m}: {n} jobs</title></rect>"#,
+                y0 - bh,
+                bar - 1.0
+            );
+        }
+        // One label over the bars: the bars are too narrow for one each.
+        let full: Vec<(usize, i64)> = c
+            .minutes
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        if let (Some(&(first, _)), Some(&(last, _))) = (full.first(), full.last()) {
+            let low = full.iter().map(|&(_, n)| n).min().unwrap_or(0);
+            let label = if first == last {
+                format!("{} in minute {first}", c.peak_minute())
+            } else {
+                format!(
+                    "{low} to {} a minute, minutes {first} to {last}",
+                    c.peak_minute()
+                )
+            };
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" font-size="11" fill="#222">{label}</text>"##,
+                x0 + first as f64 * bar,
+                y0 - plot_h * c.peak_minute() as f64 / y_max - 6.0
+            );
+        }
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x0:.1}" y1="{y0:.1}" x2="{:.1}" y2="{y0:.1}" stroke="#222"/>"##,
+            x0 + plot_w
+        );
+        for m in (0..=60).step_by(10) {
+            let x = x0 + m as f64 * bar;
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x:.1}" y1="{y0:.1}" x2="{x:.1}" y2="{:.1}" stroke="#222"/><text x="{x:.1}" y="{:.1}" font-size="11" text-anchor="middle" fill="#444">{m}</text>"##,
+                y0 + 5.0,
+                y0 + 18.0
+            );
+        }
+        let _ = writeln!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle" fill="#444">minutes after the full hour (fire time)</text>"##,
+            x0 + plot_w / 2.0,
+            y0 + 38.0
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Scene 3: the calendar's herd, without and with JITTER.
+fn calendar_scene(
+    con: &mut redis::Connection,
+    prefix: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let svg_path = PathBuf::from(arg_or_env(
+        "--calendar-svg",
+        "ECHOMQ_DEMO_CALENDAR_SVG",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/target/demo/calendar-herd.svg"),
+    ));
+    println!();
+    println!(
+        "Scene 3: the calendar's herd. {TENANTS} tenants each have an hourly job, \"{CALENDAR_SPEC}\"."
+    );
+    // Every occurrence of both cohorts must share one next full hour: not
+    // within the last 30 s before one.
+    let mut now = server_ms(con)?;
+    let to_top = HOUR_MS - now.rem_euclid(HOUR_MS);
+    if to_top < 30_000 {
+        println!(
+            "  (waiting {:.1} s for the full hour to pass, so both cohorts share the next one)",
+            (to_top + 1000) as f64 / 1000.0
+        );
+        std::thread::sleep(std::time::Duration::from_millis((to_top + 1000) as u64));
+        now = server_ms(con)?;
+    }
+    let top_ms = now - now.rem_euclid(HOUR_MS) + HOUR_MS;
+    println!();
+    let plain_key = format!("{prefix}:calendar");
+    let jittered_key = format!("{prefix}:calendar-jittered");
+    let plain = run_calendar(con, &plain_key, "without jitter", 0, top_ms);
+    let jittered = run_calendar(
+        con,
+        &jittered_key,
+        "with JITTER 300000",
+        CALENDAR_JITTER_MS,
+        top_ms,
+    );
+    // The definitions live in a hash beside each schedule.
+    let _: i64 = redis::cmd("DEL")
+        .arg(&plain_key)
+        .arg(format!("{plain_key}:echomq-repeats"))
+        .arg(&jittered_key)
+        .arg(format!("{jittered_key}:echomq-repeats"))
+        .query(con)?;
+    let (plain, jittered) = (plain?, jittered?);
+    draw_calendar(&plain);
+    draw_calendar(&jittered);
+    if let Some(dir) = svg_path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&svg_path, calendar_svg(&[&plain, &jittered]))?;
+    let shown = std::fs::canonicalize(&svg_path).unwrap_or(svg_path);
+    println!("  SVG: {}", shown.display());
+    println!(
+        "calendar peak without jitter: {} in one ms; with JITTER 300000: at most {} in one second",
+        plain.busiest_ms,
+        jittered.peak_second()
+    );
     Ok(())
 }

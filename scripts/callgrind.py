@@ -12,6 +12,12 @@ usage: python3 scripts/callgrind.py MODULE.so WORKLOAD [JOBS (20000)] [valgrind 
   promote-0    JOBS/1000 releases of 1000 due members of an ungrouped schedule
   promote-1    the same from one group of 1000; promote-10: 10 groups of 100
                (collected: the ECHO.PROMOTE handler; the fills are not)
+  repeat-plain JOBS/1000 releases of 1000 plain due members, as the bench's
+               `repeat` section's lanes (1000 not yet due beside)
+  repeat-every the same of 1000 due occurrences of `every:60000 JITTER 1000`,
+               each arming its next; repeat-cron: `cron:*/5 * * * * JITTER
+               60000`; repeat-crontz: the same with TZ Europe/Berlin
+               (collected: the ECHO.PROMOTE handler)
 e.g. python3 scripts/callgrind.py target/release/libechomq.so promote-1 5000 --cache-sim=yes
 """
 
@@ -29,6 +35,7 @@ from bench.client import Conn  # noqa: E402
 COLLECT = {
     "add": ["hsetCommand", "xaddCommand", "ValkeyModuleCommandDispatcher"],
     "promote": ["*echo_promote*"],
+    "repeat": ["*echo_promote*"],
 }
 
 
@@ -123,6 +130,19 @@ def run(c, workload, jobs):
             moved = c.call("ECHO.PROMOTE", sched, pend, "LIMIT", 1000)
             if moved != 1000:
                 sys.exit("callgrind: moved %r, not 1000" % moved)
+    elif workload in ("repeat-plain", "repeat-every", "repeat-cron", "repeat-crontz"):
+        from bench import repeat
+        from bench.harness import load_script
+        lane = workload.split("-")[1]
+        c.fill_sha = load_script(c, "fill.lua")
+        repeat.setup(c, [x for x in repeat.LANES if x[0] == lane])
+        sched, pend, _ = repeat.keys(lane)
+        for _ in range(jobs // 1000):
+            repeat.prepare(c, lane)
+            moved = c.call("ECHO.PROMOTE", sched, pend, "LIMIT", 1000)
+            if moved != 1000:
+                sys.exit("callgrind: moved %r, not 1000" % moved)
+            repeat.after(c, lane)
     else:
         sys.exit(__doc__)
 

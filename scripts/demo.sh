@@ -11,15 +11,20 @@
 # 100 ms under five retry strategies, one lane each, as an SVG
 # (target/demo/herd-limits.svg; docs/herd-limits.svg is one such run). Without
 # that file the scene says how to make it and the demo goes on.
+# Then a third scene, the calendar's herd: 10,000 recurring definitions of
+# `cron:0 * * * *` (ECHO.REPEAT), once without and once with `JITTER 300000`,
+# read back with ECHO.SPREAD over the hour from the next full hour, drawn in
+# the terminal and as an SVG (target/demo/calendar-herd.svg).
 #
 # ECHOMQ_DEMO_PORT=N: use port N. If a server with echomq already answers
 # there, the demo uses it (and only writes, then deletes, its own keys);
 # otherwise it starts its own server on that port.
 # ECHOMQ_DEMO_SVG=path: where to write the SVG.
 # ECHOMQ_DEMO_HERD_JSON=path, ECHOMQ_DEMO_HERD_SVG=path: the second scene's
-# input and output.
+# input and output. ECHOMQ_DEMO_CALENDAR_SVG=path: the third scene's SVG.
 # The first scene ends with the line `peak without jitter: 100, peak with full
-# jitter: N, peak with equal jitter: M`.
+# jitter: N, peak with equal jitter: M`, the third with `calendar peak without
+# jitter: 10000 in one ms; with JITTER 300000: at most N in one second`.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

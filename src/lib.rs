@@ -10,11 +10,10 @@ mod engine;
 mod rules;
 mod server;
 
-/// The schedule arithmetic of recurring definitions, public for the
-/// commands that will arm their occurrences (and so not dead code before).
-pub use rules::recurrence;
-
-use commands::{add, delay, grouplimit, hold, limits, promote, queues, retry, schedule, spread};
+use commands::{
+    add, delay, grouplimit, hold, limits, promote, queues, repeat, repeats, retry, schedule,
+    spread, unrepeat,
+};
 use engine::{eviction, groups, imports, release, stats, ticker};
 use redis_module::{redis_module, Context, RedisString, Status};
 use rules::versions;
@@ -139,4 +138,7 @@ const COMMANDS: &[Command] = &[
     grouplimit::COMMAND,
     // `commands::groups`: ECHO.GROUPS (the name `groups` is the engine's)
     commands::groups::COMMAND,
+    repeat::COMMAND,
+    unrepeat::COMMAND,
+    repeats::COMMAND,
 ];

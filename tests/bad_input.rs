@@ -23,6 +23,8 @@ fn seed(con: &mut Connection) {
         cmd!("ZADD", "{t}:s:echomq-ghold:zh", 1, "x"),
         cmd!("ZADD", "{t}:s:echomq-glim:zl", 1, "x"),
         cmd!("SET", "{t}:w:echomq-gnames", "x"),
+        // a recurring schedule's definitions of the wrong type
+        cmd!("SET", "{r}:w:echomq-repeats", "x"),
     ] {
         pipe.add_command(cmd).ignore();
     }
@@ -678,6 +680,218 @@ fn malformed_calls_are_refused_and_write_nothing() {
         (words("ECHO.ADD s zset job DELAY 5"), "WRONGTYPE"),
         (words("ECHO.ADD s set due NX"), "WRONGTYPE"),
         (words("ECHO.ADD missing hash job"), "WRONGTYPE"),
+        // ECHO.REPEAT: arity, id, every malformed spec, zone, option and
+        // bound, and the types of its three keys
+        (words("ECHO.REPEAT"), wrong_arity),
+        (words("ECHO.REPEAT {r}:s id"), wrong_arity),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"", b"every:1000"]),
+            "ERR id must be 1..=1024 bytes",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", &[b'i'; 1025], b"every:1000"]),
+            "ERR id must be 1..=1024 bytes",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b""]),
+            "ERR invalid spec: empty",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id hourly"),
+            "ERR invalid spec: 'hourly' is neither every:<ms> nor cron:<fields>",
+        ),
+        (words("ECHO.REPEAT {r}:s id at:5"), "ERR invalid spec: 'at:5'"),
+        (
+            words("ECHO.REPEAT {r}:s id every:"),
+            "ERR invalid spec: every:<ms> is not a canonical non-negative integer",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:01000"),
+            "ERR invalid spec: every:<ms> is not a canonical",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:-1000"),
+            "ERR invalid spec: every:<ms> is not a canonical",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1e3"),
+            "ERR invalid spec: every:<ms> is not a canonical",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:999"),
+            "ERR invalid spec: every:<ms> is out of range (1000..=10000000000000 ms)",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:10000000000001"),
+            "ERR invalid spec: every:<ms> is out of range",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:99999999999999999999999"),
+            "ERR invalid spec: every:<ms> is out of range",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:0 * * *"]),
+            "ERR invalid spec: cron needs 5 fields (minute hour day-of-month month day-of-week), got 4",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:0 * * * * *"]),
+            "ERR invalid spec: cron needs 5 fields",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:"]),
+            "ERR invalid spec: cron needs 5 fields",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:60 * * * *"]),
+            "ERR invalid spec: cron minute '60' is out of range (0..=59)",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:* 24 * * *"]),
+            "ERR invalid spec: cron hour '24' is out of range (0..=23)",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:* * 0 * *"]),
+            "ERR invalid spec: cron day-of-month '0' is out of range (1..=31)",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:* * * 13 *"]),
+            "ERR invalid spec: cron month '13' is out of range (1..=12)",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:* * * * 8"]),
+            "ERR invalid spec: cron day-of-week '8' is out of range (0..=7)",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:*/0 * * * *"]),
+            "ERR invalid spec: cron minute '*/0' has a step out of range (1..=60)",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:5-1 * * * *"]),
+            "ERR invalid spec: cron minute '5-1' is a range whose start is after its end",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:0 0 * * FRI-MON"]),
+            "ERR invalid spec: cron day-of-week 'FRI-MON' is a range",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:x * * * *"]),
+            "ERR invalid spec: cron minute 'x' is not a number or name",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:0 0 * FOO *"]),
+            "ERR invalid spec: cron month 'FOO' is not a number or name",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:1,,2 * * * *"]),
+            "ERR invalid spec: cron minute",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:@every"]),
+            "ERR invalid spec: unknown shortcut '@every'",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:0 0 30 2 *"]),
+            "ERR invalid spec: the day-of-month exists in none of its months",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:0 0 31 4,6,9,11 *"]),
+            "ERR invalid spec: the day-of-month exists in none of its months",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:0\x00 * * * *"]),
+            "ERR invalid spec: cron minute '0\\x00'",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 TZ Mars/Olympus"),
+            "ERR invalid TZ: unknown time zone 'Mars/Olympus'",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"every:1000", b"TZ", b""]),
+            "ERR invalid TZ: unknown time zone ''",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"every:1000", b"TZ", b"UTC\xff"]),
+            "ERR invalid TZ: unknown time zone 'UTC\\xff'",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 TZ Etc/Unknown"),
+            "ERR invalid TZ: unknown time zone",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 JITTER 1001"),
+            "ERR JITTER is not an integer or out of range (0..=1000, the spec's smallest interval in ms)",
+        ),
+        (
+            raw(&[b"ECHO.REPEAT", b"{r}:s", b"id", b"cron:*/7 * * * *", b"JITTER", b"240001"]),
+            "ERR JITTER is not an integer or out of range (0..=240000,",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 JITTER -1"),
+            "ERR JITTER is not an integer",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 JITTER 1.5"),
+            "ERR JITTER is not an integer",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 FROM x"),
+            "ERR FROM is not an integer or out of range",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 UNTIL 1.5"),
+            "ERR UNTIL is not an integer or out of range",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 UNTIL 9223372036854775808"),
+            "ERR UNTIL is not an integer or out of range",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 FROM 10 UNTIL 5"),
+            "ERR UNTIL must not be before FROM",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 UNTIL 5"),
+            "ERR the definition has no occurrence still to come (before UNTIL)",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id cron:0 0 1 1 * UNTIL 5"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 JITTER"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 JITTER 1 JITTER 1"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 TZ UTC tz UTC"),
+            "ERR syntax error",
+        ),
+        (words("ECHO.REPEAT {r}:s id every:1000 NX"), "ERR syntax error"),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 PAYLOAD {r}:jobs"),
+            "ERR syntax error",
+        ),
+        (
+            words("ECHO.REPEAT {r}:s id every:1000 PAYLOAD {r}:jobs v PAYLOAD {r}:jobs v"),
+            "ERR syntax error",
+        ),
+        (words("ECHO.REPEAT str id every:1000"), "WRONGTYPE"),
+        (words("ECHO.REPEAT {r}:w id every:1000"), "WRONGTYPE"),
+        (words("ECHO.REPEAT s id every:1000 PAYLOAD str v"), "WRONGTYPE"),
+        (words("ECHO.REPEAT s id every:1000 PAYLOAD zset v"), "WRONGTYPE"),
+        // ECHO.UNREPEAT and ECHO.REPEATS
+        (words("ECHO.UNREPEAT"), wrong_arity),
+        (words("ECHO.UNREPEAT s"), wrong_arity),
+        (words("ECHO.UNREPEAT s id x"), wrong_arity),
+        (words("ECHO.UNREPEAT str id"), "WRONGTYPE"),
+        (words("ECHO.UNREPEAT {r}:w id"), "WRONGTYPE"),
+        (words("ECHO.REPEATS"), wrong_arity),
+        (words("ECHO.REPEATS s x"), wrong_arity),
+        (words("ECHO.REPEATS str"), "WRONGTYPE"),
+        (words("ECHO.REPEATS {r}:w"), "WRONGTYPE"),
     ];
     assert!(cases.len() >= 120, "{} cases", cases.len());
 

@@ -1435,3 +1435,80 @@ fn two_databases_keep_their_limits_apart() {
         "db 1"
     );
 }
+
+/// A recurring definition released by the timer of whichever node owns its
+/// slot, through `how` one after the other: the definition and its armed
+/// occurrence are keys, so each new owner goes on from them; no occurrence
+/// runs twice, and at most one per switch is skipped (a switch that takes
+/// longer than the second it falls in leaves that second's occurrence to
+/// the catch-up, which runs the missed stretch once).
+fn recurring_through(cluster: &Cluster, switches: &[Switch]) {
+    let (schedule, pending, jobs) = ("{rc}:s", "{rc}:p", "{rc}:jobs");
+    let slot = cluster.keyslot(schedule);
+    configure_everywhere(cluster, &format!("{schedule} {pending}"));
+    let mut con = cluster.conn(cluster.owner(slot));
+    let _: i64 = q!(
+        &mut con,
+        "ECHO.REPEAT",
+        schedule,
+        "sec",
+        "every:1000",
+        "PAYLOAD",
+        jobs,
+        "x"
+    );
+    sleep(Duration::from_millis(2500));
+    for &how in switches {
+        switch(cluster, slot, how);
+        sleep(Duration::from_millis(2500));
+    }
+    let owner = cluster.owner(slot);
+    let mut con = cluster.conn(owner);
+    configure_everywhere(cluster, "");
+    let runs: Vec<String> = q!(&mut con, "LRANGE", pending, 0, -1);
+    let mut nominals: Vec<i64> = runs
+        .iter()
+        .map(|r| r.strip_prefix("sec@").unwrap().parse().unwrap())
+        .collect();
+    nominals.sort();
+    let unique: BTreeSet<i64> = nominals.iter().copied().collect();
+    assert_eq!(unique.len(), nominals.len(), "run twice: {nominals:?}");
+    let skipped: i64 = nominals.windows(2).map(|w| (w[1] - w[0]) / 1000 - 1).sum();
+    assert!(
+        skipped <= switches.len() as i64,
+        "{skipped} skipped over {} switches: {nominals:?}",
+        switches.len()
+    );
+    assert!(nominals.len() >= 2 + 2 * switches.len(), "{nominals:?}");
+    // One occurrence armed on the owner, with its payload; the definition
+    // is there.
+    let armed: Vec<String> = q!(&mut con, "ZRANGE", schedule, 0, -1);
+    assert_eq!(armed.len(), 1, "{armed:?}");
+    let payload: String = q!(&mut con, "HGET", jobs, &armed[0]);
+    assert_eq!(payload, "x");
+    let listed: Vec<Vec<redis::Value>> = q!(&mut con, "ECHO.REPEATS", schedule);
+    assert_eq!(listed.len(), 1);
+    eprintln!(
+        "{} occurrences, {skipped} skipped, through {switches:?}",
+        nominals.len()
+    );
+}
+
+#[test]
+fn a_recurring_definition_goes_on_through_failovers_and_a_migration() {
+    let cluster = Cluster::start();
+    recurring_through(
+        &cluster,
+        &[Switch::Failover, Switch::FailoverForce, Switch::Migrate],
+    );
+}
+
+#[test]
+fn a_recurring_definition_goes_on_through_an_atomic_slot_migration() {
+    let test = "a_recurring_definition_goes_on_through_an_atomic_slot_migration";
+    let Some((server, cli)) = versions::valkey_at_least_or_skip(9, test) else {
+        return;
+    };
+    let cluster = Cluster::start_on(&server, &cli);
+    recurring_through(&cluster, &[Switch::MigrateAtomically]);
+}

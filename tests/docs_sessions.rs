@@ -1,5 +1,5 @@
-//! The README's and docs/getting-started.md's sessions, run as they are
-//! written, so the docs cannot drift from what the server and the libraries
+//! The sessions of the README, docs/getting-started.md and
+//! docs/recurring.md, run as they are written, so the docs cannot drift from what the server and the libraries
 //! do. docs/development.md ("The sessions in the docs are tests") states the
 //! convention for the docs' writers; in short:
 //!
@@ -17,9 +17,10 @@
 //!
 //! Masked on both sides, with no mark in the doc: 13-digit numbers (Unix
 //! times in ms: fire times, a hold's end, the time part of stream and job
-//! ids), the 16 hex digits after a job id's `-`, and the reply of
-//! `ECHO.DELAY` under a jittered policy (a fresh draw). A reply line `...`
-//! ends the comparison of that reply; `KEYS` replies compare as sets.
+//! ids), the 16 hex digits after a job id's `-`, the reply of
+//! `ECHO.DELAY` under a jittered policy (a fresh draw), and valkey-cli's
+//! `(3.51s)` after a slow reply. A reply line `...` ends the comparison of
+//! that reply; `KEYS` replies compare as sets.
 //!
 //! Each page runs on one fresh server, in order. The programs of
 //! getting-started are changed in one way only: they connect to this test's
@@ -171,6 +172,22 @@ fn mask_times(line: &str) -> String {
     out
 }
 
+/// valkey-cli's own line after a reply that took 0.5 s or more, `(3.51s)`:
+/// a measure of the wait, not the server's reply.
+fn elapsed(line: &str) -> bool {
+    line.strip_prefix('(')
+        .and_then(|l| l.strip_suffix("s)"))
+        .and_then(|n| n.split_once('.'))
+        .is_some_and(|(whole, frac)| {
+            !whole.is_empty()
+                && frac.len() == 2
+                && whole
+                    .bytes()
+                    .chain(frac.bytes())
+                    .all(|b| b.is_ascii_digit())
+        })
+}
+
 /// A reply as compared: masked, cut at a `...` line, sorted for KEYS.
 fn comparable(command: &str, reply: &[String], cut_at: Option<usize>) -> Vec<String> {
     let words: Vec<String> = command
@@ -185,6 +202,8 @@ fn comparable(command: &str, reply: &[String], cut_at: Option<usize>) -> Vec<Str
         .map(|l| {
             if draw && l.starts_with("(integer) ") {
                 "(integer) <draw>".to_string()
+            } else if elapsed(l) {
+                "(<elapsed>)".to_string()
             } else {
                 mask_times(l)
             }
@@ -435,6 +454,20 @@ fn the_readme_sessions_reply_as_shown() {
 }
 
 #[test]
+fn the_recurring_jobs_sessions_reply_as_shown() {
+    let doc = std::fs::read_to_string(source("docs/recurring.md")).expect("docs/recurring.md");
+    let sessions = blocks(&doc)
+        .iter()
+        .filter(|(_, b)| matches!(b, Block::Session(_)))
+        .count();
+    assert!(
+        sessions >= 4,
+        "docs/recurring.md has {sessions} sessions marked"
+    );
+    run_page("docs/recurring.md", false);
+}
+
+#[test]
 fn getting_started_runs_as_written() {
     let doc = std::fs::read_to_string(source("docs/getting-started.md")).expect("getting-started");
     let kinds = blocks(&doc);
@@ -487,6 +520,16 @@ fn a_reply_that_differs_is_found() {
     assert_eq!(differs(&x[2].command, &x[2].reply, &groups), None);
     let keys = lines(&["1) \"a\"", "2) \"b\""]);
     assert_eq!(differs(&x[3].command, &x[3].reply, &keys), None);
+    // valkey-cli's measure of a slow reply is not compared; a reply that
+    // only looks like one is.
+    assert!(elapsed("(3.51s)") && elapsed("(12.00s)"));
+    assert!(!elapsed("(3.5s)") && !elapsed("(x.51s)") && !elapsed("(.51s)") && !elapsed("3.51s"));
+    let slept = lines(&["OK", "(3.51s)"]);
+    assert_eq!(
+        differs("DEBUG SLEEP 3.5", &slept, &lines(&["OK", "(3.97s)"])),
+        None
+    );
+    assert!(differs("DEBUG SLEEP 3.5", &slept, &lines(&["OK"])).is_some());
     // Ids: 13 digits, then 16 hex digits; other numbers stay as they are.
     assert_eq!(
         mask_times("1796130972996-09f9ba4c21196d46 2 nobody 1796120618388-0 400 12345678901234"),

@@ -98,6 +98,20 @@ const WORDS: &[&[u8]] = &[
     b"tenant-2",
     b"job-1",
     b"job-2",
+    b"every:1000",
+    b"every:999",
+    b"cron:0 * * * *",
+    b"cron:*/7 * * * *",
+    b"cron:0 0 30 2 *",
+    b"cron:@hourly",
+    b"cron:61 * * * *",
+    b"JITTER",
+    b"TZ",
+    b"Europe/Berlin",
+    b"FROM",
+    b"UNTIL",
+    b"PAYLOAD",
+    b"report@1796310000000",
 ];
 
 const COMMANDS: &[&str] = &[
@@ -112,6 +126,9 @@ const COMMANDS: &[&str] = &[
     "ECHO.ADD",
     "ECHO.GROUPLIMIT",
     "ECHO.GROUPS",
+    "ECHO.REPEAT",
+    "ECHO.UNREPEAT",
+    "ECHO.REPEATS",
 ];
 
 fn word(rng: &mut Rng) -> Vec<u8> {

@@ -68,6 +68,36 @@ export interface GroupInfo {
   heldUntilMs: number;
 }
 
+export interface RepeatOptions {
+  /** Each occurrence fires at its nominal time plus a uniform draw in 0..=jitterMs (at most the
+   * spec's smallest interval: for every:<ms>, ms). Default 0. */
+  jitterMs?: number;
+  /** An IANA time zone ("Europe/Berlin") the spec's calendar is read in; null or undefined: UTC. */
+  tz?: string | null;
+  /** No occurrence before this (Unix ms); every:<ms> counts its intervals from it. */
+  fromMs?: number | null;
+  /** No occurrence after this (Unix ms); the definition ends after its last one. */
+  untilMs?: number | null;
+}
+
+/** One recurring job, as ECHO.REPEATS reports it. */
+export interface RepeatInfo {
+  id: string;
+  /** The spec as given. */
+  spec: string;
+  jitterMs: number;
+  /** The zone's name, "UTC" without one. */
+  tz: string;
+  /** null when not given. */
+  fromMs: number | null;
+  untilMs: number | null;
+  /** The nominal time of the armed occurrence (its job id is `${id}@${nextMs}`). */
+  nextMs: number;
+  /** Its fire time (nextMs plus its jitter); null when its job was removed by hand (repeat() with
+   * the same definition arms it again). */
+  fireAtMs: number | null;
+}
+
 /** Generates a time-ordered unique job id: `<13-digit Unix ms>-<16 hex digits>`. */
 export function newJobId(): string;
 
@@ -102,6 +132,21 @@ export class Queue {
   /** The configured group limit for this group again (none when the server lists no group limit
    * for the queue). */
   clearGroupLimit(group: string): Promise<void>;
+  /** Creates or replaces the recurring job `id` (ECHO.REPEAT; docs/clients.md, Recurring jobs);
+   * resolves to the fire time (server Unix ms) of its armed occurrence. `spec` is
+   * "every:<ms>" (ms in 1000..=10^13) or "cron:<minute hour day-of-month month day-of-week>".
+   * The server arms one occurrence at a time, the job `${id}@${nominalMs}` with `payload` (stored
+   * as add() stores one, never grouped), and arms the next in the step that releases it, whatever
+   * the number of workers; a run's success, retries or death never touch the definition. The same
+   * definition again changes nothing and resolves to the same fire time; a different one replaces
+   * it. Arguments the server would refuse for their form reject with nothing sent (TypeError,
+   * RangeError); a cron field or zone the server does not know rejects with its error. */
+  repeat(id: string, spec: string, payload: Payload, options?: RepeatOptions): Promise<number>;
+  /** Removes the recurring job `id` and its armed occurrence; false when there was none. An
+   * occurrence already released runs to its end. */
+  unrepeat(id: string): Promise<boolean>;
+  /** The queue's recurring jobs, by id. */
+  repeats(): Promise<RepeatInfo[]>;
   /** Dead jobs, oldest death first. Defaults: offset 0, count 100. */
   dead(offset?: number, count?: number): Promise<DeadRecord[]>;
   /** Dead -> pending with its attempts reset; false when the id is not dead. Refused by the

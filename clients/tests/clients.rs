@@ -926,8 +926,9 @@ fn every_librarys_add_passes_the_release_limit() {
 /// Every library, producer and worker, runs as the least-privilege user of
 /// docs/security.md (plus `~{*}:done +hincrby`, the crossworker handler's
 /// own counting): adds with new and given ids, runs, failures to dead, a
-/// `RetryAfter` hold, the dead set read, a requeue and a purge, with the
-/// default user off and not one refusal in `ACL LOG`.
+/// `RetryAfter` hold, the dead set read, a requeue, a purge and a recurring
+/// job declared, listed and ended, with the default user off and not one
+/// refusal in `ACL LOG`.
 #[test]
 fn each_library_runs_as_the_documented_acl_user() {
     let Some((server, _, mut admin)) =
@@ -1022,6 +1023,20 @@ fn each_library_runs_as_the_documented_acl_user() {
         );
         let purged = run_to_end(lang, &[&["purge"][..], &base].concat());
         assert_eq!(purged.trim(), planned_dead.to_string(), "{lang:?}: purged");
+        // A recurring job declared, listed and ended.
+        let declare = ["--id", "tick", "--spec", "every:60000", "--payload", "p"];
+        let fire = run_to_end(lang, &[&["repeat"][..], &base, &declare].concat());
+        let listed = run_to_end(lang, &[&["repeats"][..], &base].concat());
+        assert!(
+            listed.contains(&format!("\"fire_at_ms\": {}", fire.trim()))
+                || listed.contains(&format!("\"fire_at_ms\":{}", fire.trim())),
+            "{lang:?}: {listed}"
+        );
+        let ended = run_to_end(
+            lang,
+            &[&["unrepeat"][..], &base, &["--id", "tick"]].concat(),
+        );
+        assert_eq!(ended.trim(), "true", "{lang:?}: unrepeated");
         assert_eq!(acl_log(&mut admin), [], "{lang:?}: refused by the ACL");
     }
 }

@@ -5,8 +5,8 @@
 //! to learn the slot map from the cluster. One cluster per language, the
 //! scenarios of the library suites that do not depend on a single node:
 //! adds, first runs delayed by the server's clock, the concurrency bound,
-//! retries, the dead set, requeue and purge, a hold, and a takeover after a
-//! SIGKILL. Each scenario has its own queue, so the queues land on
+//! retries, the dead set, requeue and purge, a hold, a takeover after a
+//! SIGKILL, and a recurring job declared, run and ended. Each scenario has its own queue, so the queues land on
 //! different slots (and nodes).
 //!
 //! Outside CI a missing python3 (with venv) or Node.js makes a test say
@@ -336,6 +336,46 @@ fn a_hold(lang: Lang, cluster: &Cluster) {
     assert_eq!(q.dead_ids().len(), 1, "the job failed as well");
 }
 
+/// A recurring job through the cluster client: `repeat`, `repeats` and
+/// `unrepeat` reach the owner of the queue's slot (the definitions hash is
+/// in it), and a worker runs the occurrences with their ids, from the first.
+fn a_recurring_job(lang: Lang, cluster: &Cluster) {
+    let mut q = place(cluster, &format!("repeat-{lang:?}").to_lowercase());
+    let from = (server_time_ms(&mut q.owner) + 1500).to_string();
+    let declare = [
+        "--id",
+        "tick",
+        "--spec",
+        "every:1000",
+        "--payload",
+        "p",
+        "--from-ms",
+        &from,
+    ];
+    let fire = q.run(lang, "repeat", &declare);
+    assert_eq!(fire.trim(), from, "{lang:?}: armed at FROM");
+    let listed = q.run(lang, "repeats", &[]);
+    let listed: serde_json::Value = serde_json::from_str(listed.trim()).expect("one definition");
+    assert_eq!(listed["next_ms"].to_string(), from, "{lang:?}: {listed}");
+    let defined: i64 = q.get("HLEN", "schedule:echomq-repeats", &[]);
+    assert_eq!(defined, 1, "{lang:?}: the definition on the slot's owner");
+    q.work(lang, 2, &[]);
+    let first: i64 = from.parse().expect("ms");
+    let done = q.done();
+    let ran: Vec<i64> = done
+        .keys()
+        .map(|id| id.strip_prefix("tick@").expect(id).parse().expect(id))
+        .collect();
+    assert!(
+        ran.len() >= 2 && ran.iter().zip(0..).all(|(&n, k)| n == first + 1000 * k),
+        "{lang:?}: {done:?}"
+    );
+    assert!(done.values().all(|&n| n == 1), "{lang:?}: {done:?}");
+    assert_eq!(q.run(lang, "unrepeat", &["--id", "tick"]).trim(), "true");
+    let defined: i64 = q.get("EXISTS", "schedule:echomq-repeats", &[]);
+    assert_eq!(defined, 0, "{lang:?}: the definition gone");
+}
+
 fn on_a_cluster(lang: Lang, test: &str) {
     let Some(()) = ready(lang, test) else {
         return;
@@ -344,6 +384,7 @@ fn on_a_cluster(lang: Lang, test: &str) {
     adds_retries_and_the_dead_set(lang, &cluster);
     a_takeover_after_a_kill(lang, &cluster);
     a_hold(lang, &cluster);
+    a_recurring_job(lang, &cluster);
 }
 
 #[test]

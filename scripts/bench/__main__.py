@@ -6,7 +6,7 @@ import sys
 
 from . import (auto_promote, clients, future_members, herd, latency, memory, promote_stream,
                promotion, retry_options, spread, throughput, versions, web_scrape, worker_layouts)
-from . import add, groups, herd_first, limits, tenants
+from . import add, groups, herd_first, limits, repeat, tenants
 from .harness import DEFAULT_LIST_WORKER, DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
 
@@ -21,6 +21,7 @@ SECTIONS.append(("limits", limits))  # the release limit's own cost
 SECTIONS.append(("add", add))  # ECHO.ADD's fast path against a producer's own XADD
 SECTIONS.append(("clients", clients))  # BullMQ's worker against the client libraries' (needs node)
 SECTIONS.append(("groups", groups))  # the fair release's cost per member, 100,000 groups
+SECTIONS.append(("repeat", repeat))  # recurring jobs: arming at release, memory, the calendar's herd
 SECTIONS.append(("herd_first", herd_first))  # new jobs against the dependency, BullMQ beside
 SECTIONS.append(("tenants", tenants))  # one tenant's 50,000 jobs beside nine small tenants
 SECTIONS.append(("herd", herd))  # the herd against a dependency, the longest: last
@@ -59,6 +60,12 @@ def main():
     ap.add_argument("--groups-old-module", default="",
                     help="groups: a module build to compare the release lanes and the ungrouped "
                     "empty promote with (started on a server of its own, beside this build's)")
+    ap.add_argument("--repeat-old-module", default="",
+                    help="repeat: a module build before recurring jobs, to compare a promote on a "
+                    "schedule without definitions with (on a server of its own, beside this build's)")
+    ap.add_argument("--repeat-ab-module", default="",
+                    help="repeat: another build with recurring jobs, to compare the release lanes "
+                    "with (on a server of its own, beside this build's)")
     ap.add_argument("--herd-json", default="",
                     help="herd: where to write the series (default target/bench/herd-limits.json)")
     ap.add_argument("--adaptive-window-ms", type=int, default=200,
@@ -82,6 +89,8 @@ def main():
     b.herd_jobs, b.herd_workers, b.herd_only = a.herd_jobs, a.herd_workers, a.herd_strategies
     b.herd_json = a.herd_json
     b.herd_rounds, b.groups_old_module = a.herd_rounds, a.groups_old_module
+    b.repeat_old_module = a.repeat_old_module
+    b.repeat_ab_module = a.repeat_ab_module
     b.tenants_rounds, b.tenants_lanes = a.tenants_rounds, a.tenants_lanes
     b.tenants_grace = a.tenants_grace
     b.servers, b.modules = a.servers, a.modules

@@ -13,9 +13,12 @@ pub mod hold;
 pub mod limits;
 pub mod promote;
 pub mod queues;
+pub mod repeat;
+pub mod repeats;
 pub mod retry;
 pub mod schedule;
 pub mod spread;
+pub mod unrepeat;
 
 /// The option words of a call as byte slices, in `buffer` on the stack: a
 /// heap vector per call cost a measurable share of a retry. `None` when there

@@ -11,6 +11,7 @@ pub mod eviction;
 pub mod groups;
 pub mod imports;
 pub mod mover;
+pub mod recurring;
 pub mod release;
 pub mod scheduling;
 pub mod stats;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use redis_module::{Context, RedisError};
 
 use crate::engine::release::{self, Allowance};
-use crate::engine::{groups, stats};
+use crate::engine::{groups, recurring, stats};
 use crate::rules::errors::ReplyError;
 use crate::rules::fairness;
 use crate::server::keys::{Arg, Key, Kind};
@@ -73,7 +73,9 @@ impl<'a> Pending<'a> {
         let sink = match key.kind() {
             Kind::Missing | Kind::List => Sink::List,
             Kind::Stream => Sink::Stream,
-            Kind::String | Kind::SortedSet | Kind::Other => return Err(RedisError::WrongType),
+            Kind::String | Kind::SortedSet | Kind::Hash | Kind::Other => {
+                return Err(RedisError::WrongType)
+            }
         };
         Ok(Pending { key, sink })
     }
@@ -113,8 +115,11 @@ pub fn move_due(
         TimeLimit::Budget(budget) => (BUDGET_BATCH, Instant::now().checked_add(budget)),
     };
     let allowance = release::allowance(ctx, schedule, pending_name)?;
+    // Released occurrences of recurring definitions arm the next ones in
+    // this same step.
+    let mut arming = recurring::Arming::new(ctx, schedule.as_slice());
     if groups::grouped(ctx, schedule.as_slice())? {
-        return move_grouped(
+        let moved = move_grouped(
             ctx,
             schedule,
             &schedule_key,
@@ -123,7 +128,10 @@ pub fn move_due(
             now_ms,
             time_limit,
             allowance,
-        );
+            &mut arming,
+        )?;
+        arming.arm(&schedule_key, now_ms);
+        return Ok(moved);
     }
     let mut moved = take_due(
         &schedule_key,
@@ -132,11 +140,13 @@ pub fn move_due(
         now_ms,
         batch,
         deadline,
+        &mut arming,
     );
     if let Some(allowance) = allowance {
         let still_due = !schedule_key.zset_due(now_ms as f64, 1).is_empty();
         book(ctx, schedule, &allowance, &mut moved, limit, still_due);
     }
+    arming.arm(&schedule_key, now_ms);
     Ok(moved)
 }
 
@@ -188,6 +198,7 @@ fn move_grouped(
     now_ms: i64,
     time_limit: TimeLimit,
     allowance: Option<Allowance<'_>>,
+    arming: &mut recurring::Arming,
 ) -> Result<Moved, RedisError> {
     let want = limit.min(allowance.as_ref().map_or(u64::MAX, |a| a.count));
     let (batch, deadline) = match time_limit {
@@ -213,6 +224,10 @@ fn move_grouped(
         let found = outcome.release.released.len();
         let (pushed, earliest_ms) =
             push_released(ctx, schedule, schedule_key, pending, &mut outcome)?;
+        // `names` is now what went into pending.
+        if pushed > 0 && arming.wanted() {
+            arming.note(outcome.names.names());
+        }
         let release = outcome.release;
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = earliest_ms;
@@ -297,6 +312,7 @@ fn take_due(
     now_ms: i64,
     batch: u64,
     deadline: Option<Instant>,
+    arming: &mut recurring::Arming,
 ) -> Moved {
     let mut moved = Moved::default();
     while moved.count < limit {
@@ -319,6 +335,9 @@ fn take_due(
         }
         if moved.earliest_ms.is_none() {
             moved.earliest_ms = due.earliest_score();
+        }
+        if !due.is_empty() && arming.wanted() {
+            arming.note(due.names());
         }
         moved.count += due.len() as u64;
         if (due.len() as u64) < found {

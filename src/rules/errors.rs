@@ -9,6 +9,7 @@ use crate::rules::buckets::MAX_SPREAD_BUCKETS;
 use crate::rules::fairness::{MAX_GROUPS_COUNT, MAX_GROUP_BYTES};
 use crate::rules::limiter::{MAX_BURST, MAX_HOLD_MS, MAX_RATE};
 use crate::rules::policy::{MAX_JITTER_LAYERS, MAX_MS};
+use crate::rules::recurrence::definition::MAX_ID_BYTES;
 use crate::rules::recurrence::{MAX_EVERY_MS, MIN_EVERY_MS};
 
 /// Said by ECHO.PROMOTE and by the auto-promote config alike.
@@ -59,6 +60,16 @@ pub enum ArgError {
     Cursor,
     /// ECHO.GROUPS's `COUNT`.
     Count,
+    /// ECHO.REPEAT's `id`, empty or too long.
+    RepeatId,
+    /// ECHO.REPEAT's `FROM` or `UNTIL`, not an integer.
+    RepeatBound(&'static str),
+    /// ECHO.REPEAT's `UNTIL` before its `FROM`.
+    UntilBeforeFrom,
+    /// ECHO.REPEAT's `JITTER`, above the spec's smallest interval (given).
+    RepeatJitter(u64),
+    /// ECHO.REPEAT of a definition with no occurrence still to come.
+    NoOccurrence,
 }
 
 impl fmt::Display for ArgError {
@@ -144,6 +155,17 @@ impl fmt::Display for ArgError {
                 f,
                 "ERR COUNT is not an integer or out of range (1..={MAX_GROUPS_COUNT})"
             ),
+            RepeatId => write!(f, "ERR id must be 1..={MAX_ID_BYTES} bytes"),
+            RepeatBound(name) => write!(f, "ERR {name} is not an integer or out of range"),
+            UntilBeforeFrom => write!(f, "ERR UNTIL must not be before FROM"),
+            RepeatJitter(max) => write!(
+                f,
+                "ERR JITTER is not an integer or out of range (0..={max}, the spec's smallest interval in ms)"
+            ),
+            NoOccurrence => write!(
+                f,
+                "ERR the definition has no occurrence still to come (before UNTIL)"
+            ),
         }
     }
 }
@@ -171,6 +193,9 @@ pub enum ReplyError {
     /// members, or a new ECHO.GROUPLIMIT override, while used memory is over
     /// maxmemory (the server's own words for that refusal).
     NewKeyOutOfMemory,
+    /// ECHO.REPEAT in a cluster of a schedule whose definitions hash cannot
+    /// share its slot (as `HoldNeedsTag`).
+    RepeatNeedsTag,
 }
 
 impl ReplyError {
@@ -183,6 +208,9 @@ impl ReplyError {
             ReplyError::ZcountReply => "ERR unexpected ZCOUNT reply",
             ReplyError::HoldNeedsTag => {
                 "ERR a schedule held in a cluster needs a {hash tag} when its name holds a '}'"
+            }
+            ReplyError::RepeatNeedsTag => {
+                "ERR a schedule with recurring jobs in a cluster needs a {hash tag} when its name holds a '}'"
             }
             ReplyError::NewKeyOutOfMemory => {
                 "OOM command not allowed when used memory > 'maxmemory'."

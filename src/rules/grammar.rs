@@ -395,9 +395,36 @@ pub fn parse_retry_options(options: &[&[u8]]) -> Result<RetryOptions, ArgError> 
     Ok(parsed)
 }
 
+/// `value` in decimal, written into `buffer` (20 bytes hold any i64).
+pub fn i64_text(value: i64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut at = buffer.len();
+    let mut rest = value.unsigned_abs();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        at -= 1;
+        buffer[at] = b'-';
+    }
+    &buffer[at..]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn i64_text_writes_what_display_writes() {
+        for v in [0, 1, -1, 9, 10, -10, 1_796_310_000_000, i64::MAX, i64::MIN] {
+            let mut buffer = [0u8; 20];
+            assert_eq!(i64_text(v, &mut buffer), v.to_string().as_bytes());
+        }
+    }
 
     fn full(n: u8) -> Jitters {
         Jitters::from_outermost(&vec![Jitter::Full; usize::from(n)]).unwrap()

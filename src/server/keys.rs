@@ -22,6 +22,7 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString}
 use redis_module::{Context, RedisError};
 
 use crate::rules::errors::ReplyError;
+use crate::rules::grammar::i64_text;
 
 /// The key types the commands distinguish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +32,7 @@ pub enum Kind {
     SortedSet,
     List,
     Stream,
+    Hash,
     Other,
 }
 
@@ -117,6 +119,78 @@ impl OwnedName {
         // SAFETY: Arg is a transparent wrapper of the same pointer type, and
         // the string lives as long as self.
         unsafe { &*ptr::from_ref(&self.ptr).cast::<Arg>() }
+    }
+
+    /// Another owner of the same string (the server counts its references):
+    /// each is freed on its own, so one string can be an argument of two
+    /// held commands.
+    pub fn retained(&self) -> OwnedName {
+        // SAFETY: a live string made with this context; RetainString adds a
+        // reference that the new owner's Drop gives back.
+        unsafe { api!(RedisModule_RetainString)(self.ctx, self.ptr) };
+        OwnedName {
+            ctx: self.ctx,
+            ptr: self.ptr,
+        }
+    }
+
+    /// The string, which the caller now frees (with this context).
+    fn into_raw(self) -> *mut RedisModuleString {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.ptr
+    }
+}
+
+/// The effects of several writes to one key, made at once by
+/// `Key::zadd_deferred` or `Key::hset_deferred` (so reads after them see
+/// them), held back to go out together as the one native command that makes
+/// them all, by `Key::flush`: one signal, one keyspace event, and one
+/// replicated `ZADD key s1 m1 .. sk mk` or `HSET key f1 v1 .. fk vk`, the
+/// arguments in the order of the writes. A release arming many occurrences
+/// sends three commands instead of three per occurrence. Dropped unflushed,
+/// its strings are freed and no effect is sent: always flush.
+pub struct Deferred {
+    ctx: *mut RedisModuleCtx,
+    command: &'static CStr,
+    class: c_int,
+    event: &'static CStr,
+    /// Owned strings: the command's arguments after the key.
+    strings: Vec<*mut RedisModuleString>,
+}
+
+impl Deferred {
+    /// For `ZADD key score member ...`.
+    pub fn zadd(ctx: &Context) -> Deferred {
+        Deferred::new(ctx, c"ZADD", raw::REDISMODULE_NOTIFY_ZSET as c_int, c"zadd")
+    }
+
+    /// For `HSET key field value ...`.
+    pub fn hset(ctx: &Context) -> Deferred {
+        Deferred::new(ctx, c"HSET", raw::REDISMODULE_NOTIFY_HASH as c_int, c"hset")
+    }
+
+    fn new(ctx: &Context, command: &'static CStr, class: c_int, event: &'static CStr) -> Deferred {
+        Deferred {
+            ctx: ctx.ctx,
+            command,
+            class,
+            event,
+            strings: Vec::new(),
+        }
+    }
+
+    fn free(&mut self) {
+        for s in self.strings.drain(..) {
+            // SAFETY: each string is owned here, made with this context, and
+            // freed once (drained).
+            unsafe { api!(RedisModule_FreeString)(self.ctx, s) };
+        }
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        self.free();
     }
 }
 
@@ -373,6 +447,7 @@ impl<'a> Key<'a> {
             raw::REDISMODULE_KEYTYPE_ZSET => Kind::SortedSet,
             raw::REDISMODULE_KEYTYPE_LIST => Kind::List,
             raw::REDISMODULE_KEYTYPE_STREAM => Kind::Stream,
+            raw::REDISMODULE_KEYTYPE_HASH => Kind::Hash,
             _ => Kind::Other,
         }
     }
@@ -677,6 +752,75 @@ impl<'a> Key<'a> {
             };
         }
         Ok(done)
+    }
+
+    /// `ZADD key score member` (no condition) applied now, its effects held
+    /// in `effects` (a `Deferred::zadd`) for `flush`; only a member added
+    /// or moved is replicated, as `zadd` does. Errors as `zadd`.
+    pub fn zadd_deferred(
+        &self,
+        score_ms: i64,
+        member: OwnedName,
+        effects: &mut Deferred,
+    ) -> Result<Zadd, RedisError> {
+        let mut flags: c_int = 0;
+        // SAFETY: a live write handle of a missing key or a sorted set
+        // (checked by the caller); the member is a live string.
+        let status =
+            unsafe { api!(RedisModule_ZsetAdd)(self.ptr, score_ms as f64, member.ptr, &mut flags) };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(ReplyError::ZsetAdd.into());
+        }
+        if flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0 {
+            effects.strings.push(self.i64_string(score_ms));
+            effects.strings.push(member.into_raw());
+            Ok(Zadd::Added)
+        } else if flags & raw::REDISMODULE_ZADD_UPDATED as c_int != 0 {
+            effects.strings.push(self.i64_string(score_ms));
+            effects.strings.push(member.into_raw());
+            Ok(Zadd::Updated)
+        } else {
+            Ok(Zadd::Unchanged)
+        }
+    }
+
+    /// `HSET key field value` applied now, its effects held in `effects` (a
+    /// `Deferred::hset`) for `flush`, which frees `field` (a string the
+    /// caller may share with another held command, `OwnedName::retained`).
+    /// The caller has checked the type.
+    pub fn hset_deferred(&self, field: OwnedName, value: &[u8], effects: &mut Deferred) {
+        let v = self.bytes_string(value);
+        // SAFETY: a live write handle of a missing key or a hash; one
+        // field/value pair of live strings (copied) then the ending NULL.
+        unsafe {
+            api!(RedisModule_HashSet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.ptr,
+                v,
+                ptr::null_mut::<RedisModuleString>(),
+            );
+        }
+        effects.strings.push(field.into_raw());
+        effects.strings.push(v);
+    }
+
+    /// Sends the effects `effects` holds for this key (made by this key's
+    /// `*_deferred` writes): the signal, the event and one replicated
+    /// command; then it is empty again.
+    pub fn flush(&self, effects: &mut Deferred) {
+        if effects.strings.is_empty() {
+            return;
+        }
+        self.signal();
+        self.notify(effects.class, effects.event);
+        self.replicate_strings(effects.command, &effects.strings);
+        effects.free();
+    }
+
+    fn i64_string(&self, value: i64) -> *mut RedisModuleString {
+        let mut digits = [0u8; 20];
+        self.bytes_string(i64_text(value, &mut digits))
     }
 
     /// `ZREM key member`: `true` when it was there, and then signalled, sent
@@ -997,6 +1141,175 @@ impl<'a> Key<'a> {
         true
     }
 
+    /// `HGET key field` read in place: `read` sees the value's bytes, which
+    /// are freed after it; `None` when the field (or the hash) is missing.
+    pub fn hget_with<R>(&self, field: &Arg, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if self.kind() != Kind::Hash {
+            return None;
+        }
+        let mut value: *mut RedisModuleString = ptr::null_mut();
+        // SAFETY: a live handle of a hash; one field/value-pointer pair then
+        // the NULL that ends the variadic list. The value, when set, is a
+        // new string (a copy: writes to the hash leave it alone) freed below.
+        unsafe {
+            api!(RedisModule_HashGet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.0,
+                &mut value as *mut *mut RedisModuleString,
+                ptr::null_mut::<RedisModuleString>(),
+            );
+        }
+        if value.is_null() {
+            return None;
+        }
+        let out = read(Arg(value).as_slice());
+        // SAFETY: made by HashGet for this call, freed once.
+        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, value) };
+        Some(out)
+    }
+
+    /// The value of `field` in a hash key: `None` when the key is missing,
+    /// not a hash, or has no such field.
+    pub fn hget(&self, field: &[u8]) -> Option<Vec<u8>> {
+        if self.kind() != Kind::Hash {
+            return None;
+        }
+        let name = self.bytes_string(field);
+        let mut value: *mut RedisModuleString = ptr::null_mut();
+        // SAFETY: a live handle of a hash; one field/value-pointer pair then
+        // the NULL that ends the variadic list. The value, when set, is a
+        // new string this module frees (no automatic memory here).
+        unsafe {
+            api!(RedisModule_HashGet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                name,
+                &mut value as *mut *mut RedisModuleString,
+                ptr::null_mut::<RedisModuleString>(),
+            );
+            api!(RedisModule_FreeString)(self.ctx.ctx, name);
+        }
+        if value.is_null() {
+            return None;
+        }
+        let copy = string_bytes(value);
+        // SAFETY: made by HashGet for this call, freed once.
+        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, value) };
+        Some(copy)
+    }
+
+    /// `HSET key field value`, with the signal, the `hset` event and the
+    /// replication of that very command. The caller has checked that the
+    /// key is missing or a hash.
+    pub fn hset(&self, field: &[u8], value: &[u8]) {
+        let f = self.bytes_string(field);
+        let v = self.bytes_string(value);
+        // SAFETY: a live write handle of a missing key or a hash; one
+        // field/value pair of live strings (copied) then the ending NULL.
+        unsafe {
+            api!(RedisModule_HashSet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                f,
+                v,
+                ptr::null_mut::<RedisModuleString>(),
+            );
+        }
+        self.signal();
+        self.notify(raw::REDISMODULE_NOTIFY_HASH, c"hset");
+        // SAFETY: "sss" names exactly the three live strings passed.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                self.ctx.ctx,
+                c"HSET".as_ptr(),
+                c"sss".as_ptr(),
+                self.name,
+                f,
+                v,
+            );
+            api!(RedisModule_FreeString)(self.ctx.ctx, f);
+            api!(RedisModule_FreeString)(self.ctx.ctx, v);
+        }
+    }
+
+    /// `HDEL key field`: `true` when it was there, and then signalled, sent
+    /// as `hdel` (and `del` when the hash emptied) and replicated.
+    pub fn hdel(&self, field: &[u8]) -> bool {
+        if self.kind() != Kind::Hash {
+            return false;
+        }
+        let f = self.bytes_string(field);
+        // SAFETY: a live write handle of a hash; the field then the delete
+        // marker, then the ending NULL. The server deletes an emptied key.
+        let removed = unsafe {
+            api!(RedisModule_HashSet)(
+                self.ptr,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                f,
+                raw::REDISMODULE_HASH_DELETE,
+                ptr::null_mut::<RedisModuleString>(),
+            )
+        };
+        if removed > 0 {
+            self.signal();
+            self.notify(raw::REDISMODULE_NOTIFY_HASH, c"hdel");
+            if self.kind() == Kind::Missing {
+                self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+            }
+            // SAFETY: "ss" names exactly the two live strings passed.
+            unsafe {
+                api!(RedisModule_Replicate)(
+                    self.ctx.ctx,
+                    c"HDEL".as_ptr(),
+                    c"ss".as_ptr(),
+                    self.name,
+                    f,
+                )
+            };
+        }
+        // SAFETY: made above, freed once, after its last use.
+        unsafe { api!(RedisModule_FreeString)(self.ctx.ctx, f) };
+        removed > 0
+    }
+
+    /// Every field and value of a hash key, copied, in the hash's order
+    /// (none when missing or not a hash).
+    pub fn hash_entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        if self.kind() != Kind::Hash {
+            return out;
+        }
+        extern "C" fn collect(
+            _key: *mut RedisModuleKey,
+            field: *mut RedisModuleString,
+            value: *mut RedisModuleString,
+            out: *mut std::os::raw::c_void,
+        ) {
+            // SAFETY: `out` is the vector passed below, alive and not
+            // otherwise borrowed while ScanKey runs; the strings are live
+            // for this call.
+            let out = unsafe { &mut *out.cast::<Vec<(Vec<u8>, Vec<u8>)>>() };
+            out.push((string_bytes(field), string_bytes(value)));
+        }
+        // SAFETY: a cursor made here and destroyed below; ScanKey calls
+        // `collect` with the vector as its private data, only during the
+        // call, and returns 0 once the whole hash was seen.
+        unsafe {
+            let cursor = api!(RedisModule_ScanCursorCreate)();
+            let data = ptr::from_mut(&mut out).cast::<std::os::raw::c_void>();
+            while api!(RedisModule_ScanKey)(self.ptr, cursor, Some(collect), data) != 0 {}
+            api!(RedisModule_ScanCursorDestroy)(cursor);
+        }
+        out
+    }
+
+    /// A new string of `bytes`, which the caller frees.
+    fn bytes_string(&self, bytes: &[u8]) -> *mut RedisModuleString {
+        // SAFETY: CreateString copies the bytes.
+        unsafe { api!(RedisModule_CreateString)(self.ctx.ctx, bytes.as_ptr().cast(), bytes.len()) }
+    }
+
     /// Tells the server the key was written: WATCH on it fails, client-side
     /// caching invalidates. Once per written key, as native commands do.
     fn signal(&self) {
@@ -1027,6 +1340,22 @@ impl<'a> Key<'a> {
                 strings.len(),
             )
         };
+    }
+}
+
+/// A copy of a live string's bytes.
+fn string_bytes(s: *mut RedisModuleString) -> Vec<u8> {
+    if s.is_null() {
+        return Vec::new();
+    }
+    let mut len = 0usize;
+    // SAFETY: a live string; its bytes stay valid while it does.
+    unsafe {
+        let p = api!(RedisModule_StringPtrLen)(s, &mut len);
+        if p.is_null() {
+            return Vec::new();
+        }
+        std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec()
     }
 }
 
@@ -1150,6 +1479,11 @@ impl Members {
 
     pub fn is_empty(&self) -> bool {
         self.ptrs.is_empty()
+    }
+
+    /// Copies of the members' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = Vec<u8>> + '_ {
+        self.ptrs.iter().map(|&member| string_bytes(member))
     }
 
     /// Keeps the first `len` members, freeing the rest.

@@ -30,6 +30,7 @@ macro_rules! for_each_api {
             RedisModule_DeleteKey,
             RedisModule_FreeString,
             RedisModule_CreateString,
+            RedisModule_RetainString,
             RedisModule_StringPtrLen,
             RedisModule_SignalModifiedKey,
             RedisModule_NotifyKeyspaceEvent,
@@ -64,7 +65,12 @@ macro_rules! for_each_api {
             RedisModule_ReplyWithLongLong,
             RedisModule_ReplyWithDouble,
             RedisModule_ReplyWithNull,
-            RedisModule_ReplyWithArray
+            RedisModule_ReplyWithArray,
+            RedisModule_HashGet,
+            RedisModule_HashSet,
+            RedisModule_ScanKey,
+            RedisModule_ScanCursorCreate,
+            RedisModule_ScanCursorDestroy
         )
     };
 }

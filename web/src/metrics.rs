@@ -338,6 +338,18 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
         });
         queue_family(&mut out, name, "gauge", help, samples);
     }
+    // One series per queue whose ECHO.REPEATS answered, none per definition.
+    let samples = per_queue(s, |c| match &c.repeats {
+        Some(Ok(r)) => Some(r.count),
+        _ => None,
+    });
+    queue_family(
+        &mut out,
+        "echomq_repeats",
+        "gauge",
+        "Recurring definitions of {NAME}:schedule (ECHO.REPEATS)",
+        samples,
+    );
     for (field, value) in &s.info {
         if let Some((_, help)) = COUNTERS.iter().find(|(f, _)| f == field) {
             let name = format!("{field}_total");
@@ -388,6 +400,7 @@ mod tests {
             spread: vec![],
             release: None,
             groups: None,
+            repeats: None,
         }
     }
 
@@ -442,6 +455,50 @@ mod tests {
             "{text}"
         );
         assert!(text.starts_with("# HELP echomq_up"), "{text}");
+    }
+
+    #[test]
+    fn recurring_definitions_are_one_gauge_per_queue() {
+        use crate::snapshot::Repeats;
+        let repeats = |count| {
+            Some(Ok(Repeats {
+                count,
+                unarmed: 0,
+                next: Vec::new(),
+            }))
+        };
+        let q = |name: &str, repeats| QueueStats {
+            name: name.into(),
+            counts: Ok(Counts {
+                repeats,
+                ..counts(0)
+            }),
+        };
+        let s = snapshot(
+            vec![
+                q("cal", repeats(10_000)),
+                q("none", repeats(0)),
+                q("old", None),
+                q("refused", Some(Err("NOPERM".into()))),
+            ],
+            vec![],
+        );
+        let text = exposition(Some(&s));
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("echomq_repeats"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                r#"echomq_repeats{queue="cal"} 10000"#,
+                r#"echomq_repeats{queue="none"} 0"#
+            ]
+        );
+        assert!(text.contains("# TYPE echomq_repeats gauge\n"), "{text}");
+        // A module without ECHO.REPEATS: no family at all.
+        let s = snapshot(vec![q("old", None)], vec![]);
+        assert!(!exposition(Some(&s)).contains("echomq_repeats"));
     }
 
     #[test]

@@ -43,6 +43,7 @@ function card(name) {
       <div class="dead" data-field="dead"><b>0</b><small>dead</small></div></div>
     <div class="release" hidden></div>
     <div class="groups" hidden></div>
+    <div class="repeats" hidden></div>
     <svg class="spread" preserveAspectRatio="none" role="img"><path d=""></path></svg>
     <div class="axis"><span>now</span><span class="peak"></span><span class="end"></span></div>
     <div class="hint"></div><div class="err"></div>`;
@@ -54,7 +55,8 @@ function card(name) {
         svg: el.querySelector("svg"), path: el.querySelector("path"),
         peak: el.querySelector(".peak"), end: el.querySelector(".end"),
         hint: el.querySelector(".hint"), err: el.querySelector(".err"),
-        release: el.querySelector(".release"), groups: el.querySelector(".groups") };
+        release: el.querySelector(".release"), groups: el.querySelector(".groups"),
+        repeats: el.querySelector(".repeats") };
   c.svg.addEventListener("mousemove", (ev) => hover(c, ev));
   c.svg.addEventListener("mouseleave", () => { c.hint.textContent = ""; });
   cards.set(name, c);
@@ -180,12 +182,67 @@ function showGroups(c, g) {
   el.replaceChildren(...parts);
 }
 
+// How long until a fire time, as people read it.
+function fireIn(ms) {
+  if (ms === null) return "not armed";
+  if (ms <= 0) return "due now";
+  const s = Math.ceil(ms / 1000);
+  if (s < 60) return `in ${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `in ${m} min`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `in ${h} h ${m % 60} min`;
+  return `in ${fmt.format(Math.floor(h / 24))} d`;
+}
+const utc = (ms) => new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+// A queue's recurring definitions (ECHO.REPEATS): how many, and the ten to
+// fire first (those with no armed occurrence before them), each with its
+// spec and when it fires; the details in its title. Hidden when the server
+// shows none for the queue (q.repeats null, or no definition).
+function showRepeats(c, r) {
+  const el = c.repeats;
+  el.hidden = !r || (!r.error && r.count === 0);
+  el.classList.toggle("err", !!(r && r.error));
+  if (el.hidden) { el.replaceChildren(); return; }
+  if (r.error) { el.replaceChildren(part("error", `recurring: ${r.error}`)); return; }
+  const summary = document.createElement("div");
+  summary.dataset.repeats = "summary";
+  const listed = r.count > r.next.length ? ` (the ${r.next.length} to fire first listed)` : "";
+  summary.textContent = `${fmt.format(r.count)} recurring${r.unarmed ? ` · ${fmt.format(r.unarmed)} not armed` : ""}${listed}`;
+  const list = document.createElement("ol");
+  list.dataset.repeats = "next";
+  list.replaceChildren(...r.next.map(x => {
+    const li = document.createElement("li");
+    li.dataset.repeat = x.id;
+    li.classList.toggle("unarmed", x.fire_at_ms === null);
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = x.id;
+    const spec = document.createElement("code");
+    spec.textContent = x.spec + (x.tz !== "UTC" ? ` ${x.tz}` : "");
+    li.append(name, " ", spec, ` ${fireIn(x.fire_in_ms)}`);
+    const details = [`${x.spec} in ${x.tz}`];
+    if (x.jitter_ms > 0) details.push(`jitter 0..=${seconds(x.jitter_ms)}`);
+    details.push(`next occurrence ${x.id}@${x.next_ms} (nominal ${utc(x.next_ms)})`);
+    details.push(x.fire_at_ms === null
+      ? "its member is gone from the schedule: nothing fires until an ECHO.REPEAT of the definition arms it again"
+      : `fires at ${utc(x.fire_at_ms)} (server time)`);
+    if (x.from_ms !== null) details.push(`from ${utc(x.from_ms)}`);
+    if (x.until_ms !== null) details.push(`until ${utc(x.until_ms)}`);
+    if (x.payload_key !== null) details.push(`payload in ${x.payload_key}`);
+    li.title = details.join("\n");
+    return li;
+  }));
+  el.replaceChildren(summary, list);
+}
+
 function update(c, q) {
   c.data = q;
-  if (q.error) { c.err.textContent = q.error; showRelease(c, null); showGroups(c, null); return; }
+  if (q.error) { c.err.textContent = q.error; showRelease(c, null); showGroups(c, null); showRepeats(c, null); return; }
   c.err.textContent = "";
   showRelease(c, q.release);
   showGroups(c, q.groups);
+  showRepeats(c, q.repeats);
   for (const f of FIELDS) c.nums[f].textContent = fmt.format(q[f]);
   c.end.textContent = windowInfo ? `+${seconds(windowInfo.ms)}` : "";
   draw(c, q.spread);

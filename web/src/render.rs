@@ -2,7 +2,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::snapshot::{Counts, Group, Groups, Number, Release, Snapshot};
+use crate::snapshot::{Counts, Group, Groups, Number, Release, Repeat, Repeats, Snapshot};
 
 /// A queue's release limit and hold: null from a module without
 /// ECHO.LIMITS, `{"error": ...}` when the server refused it; otherwise every
@@ -68,6 +68,40 @@ fn groups_json(c: &Counts, now_ms: i64) -> Value {
     })
 }
 
+/// One recurring definition: what ECHO.REPEATS says of it, and how long
+/// until it fires (negative once due and not yet released; null when it has
+/// no armed occurrence).
+fn repeat_json(r: &Repeat, now_ms: i64) -> Value {
+    json!({
+        "id": r.id,
+        "spec": r.spec,
+        "jitter_ms": r.jitter_ms,
+        "tz": r.tz,
+        "from_ms": r.from_ms,
+        "until_ms": r.until_ms,
+        "next_ms": r.next_ms,
+        "fire_at_ms": r.fire_at_ms,
+        "fire_in_ms": r.fire_at_ms.map(|at| at.saturating_sub(now_ms)),
+        "payload_key": r.payload_key,
+    })
+}
+
+/// A queue's recurring definitions: null from a module without
+/// ECHO.REPEATS, `{"error": ...}` when the server refused it; otherwise the
+/// count, the unarmed count and the first ten to fire (the unarmed first).
+fn repeats_json(c: &Counts, now_ms: i64) -> Value {
+    let r: &Repeats = match &c.repeats {
+        None => return Value::Null,
+        Some(Err(e)) => return json!({ "error": e }),
+        Some(Ok(r)) => r,
+    };
+    json!({
+        "count": r.count,
+        "unarmed": r.unarmed,
+        "next": r.next.iter().map(|x| repeat_json(x, now_ms)).collect::<Vec<_>>(),
+    })
+}
+
 pub fn queues_json(s: &Snapshot) -> Value {
     let queues: Vec<Value> = s
         .queues
@@ -83,6 +117,7 @@ pub fn queues_json(s: &Snapshot) -> Value {
                 "spread": c.spread,
                 "release": release_json(c, s.now_ms),
                 "groups": groups_json(c, s.now_ms),
+                "repeats": repeats_json(c, s.now_ms),
             }),
             Err(e) => json!({ "name": q.name, "error": e }),
         })
@@ -127,7 +162,7 @@ pub fn queues_json(s: &Snapshot) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Limit, QueueStats, Window};
+    use crate::snapshot::{Limit, QueueStats, Repeat, Repeats, Window};
 
     #[test]
     fn a_snapshot_as_json() {
@@ -161,6 +196,34 @@ mod tests {
                             held_until_ms: 1250,
                         })),
                         groups: None,
+                        repeats: Some(Ok(Repeats {
+                            count: 2,
+                            unarmed: 1,
+                            next: vec![
+                                Repeat {
+                                    id: "gone".into(),
+                                    spec: "every:60000".into(),
+                                    jitter_ms: 0,
+                                    tz: "UTC".into(),
+                                    from_ms: None,
+                                    until_ms: None,
+                                    next_ms: 900,
+                                    fire_at_ms: None,
+                                    payload_key: None,
+                                },
+                                Repeat {
+                                    id: "hourly".into(),
+                                    spec: "cron:0 * * * *".into(),
+                                    jitter_ms: 300_000,
+                                    tz: "Europe/Berlin".into(),
+                                    from_ms: Some(5),
+                                    until_ms: Some(9_000_000),
+                                    next_ms: 3_600_000,
+                                    fire_at_ms: Some(3_700_000),
+                                    payload_key: Some("{a}:jobs".into()),
+                                },
+                            ],
+                        })),
                     }),
                 },
                 QueueStats {
@@ -177,6 +240,7 @@ mod tests {
                             held_until_ms: 0,
                         })),
                         groups: None,
+                        repeats: None,
                     }),
                 },
                 QueueStats {
@@ -190,6 +254,7 @@ mod tests {
                         spread: vec![0, 0, 0],
                         release: None,
                         groups: None,
+                        repeats: Some(Err("NOPERM no".into())),
                     }),
                 },
                 QueueStats {
@@ -216,14 +281,20 @@ mod tests {
                      "release": {"limited": true, "rate_per_second": 100.0, "rate_in_force_per_second": 50.0,
                                  "adaptive": true, "burst": 10, "available": 0, "held_until_ms": 1250,
                                  "held_for_ms": 250, "held_back": 1, "released": 12, "failures": 3},
-                     "groups": null},
+                     "groups": null,
+                     "repeats": {"count": 2, "unarmed": 1, "next": [
+                         {"id": "gone", "spec": "every:60000", "jitter_ms": 0, "tz": "UTC", "from_ms": null,
+                          "until_ms": null, "next_ms": 900, "fire_at_ms": null, "fire_in_ms": null, "payload_key": null},
+                         {"id": "hourly", "spec": "cron:0 * * * *", "jitter_ms": 300000, "tz": "Europe/Berlin",
+                          "from_ms": 5, "until_ms": 9000000, "next_ms": 3600000, "fire_at_ms": 3700000,
+                          "fire_in_ms": 3699000, "payload_key": "{a}:jobs"}]}},
                     {"name": "free", "scheduled": 4, "due": 4, "pending": 0, "in_flight": 0, "dead": 0, "spread": [0, 0, 0],
                      "release": {"limited": false, "rate_per_second": null, "rate_in_force_per_second": null,
                                  "adaptive": null, "burst": null, "available": null, "held_until_ms": 0,
                                  "held_for_ms": 0, "held_back": 0, "released": null, "failures": null},
-                     "groups": null},
+                     "groups": null, "repeats": null},
                     {"name": "old", "scheduled": 0, "due": 0, "pending": 0, "in_flight": 0, "dead": 0, "spread": [0, 0, 0],
-                     "release": null, "groups": null},
+                     "release": null, "groups": null, "repeats": {"error": "NOPERM no"}},
                     {"name": "b", "error": "WRONGTYPE x"},
                 ],
                 "info": {"echomq_retries": 4, "echomq_x": 0.5, "echomq_eviction_policy_safe": 0},

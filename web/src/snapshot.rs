@@ -68,6 +68,46 @@ pub struct Counts {
     /// (a module without the command, a schedule name without a hash tag),
     /// Err with the server's error otherwise, which leaves the counts shown.
     pub groups: Option<Result<Groups, String>>,
+    /// ECHO.REPEATS of the schedule: None from a module without the
+    /// command, Err with the server's error otherwise (e.g. a user not
+    /// allowed it, a definitions hash of another type), which leaves the
+    /// counts shown.
+    pub repeats: Option<Result<Repeats, String>>,
+}
+
+/// How many recurring definitions [`Repeats`] lists.
+pub const REPEATS_LISTED: usize = 10;
+
+/// One recurring definition, as an ECHO.REPEATS entry gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Repeat {
+    pub id: String,
+    /// `every:<ms>` or `cron:<fields>`, as given to ECHO.REPEAT.
+    pub spec: String,
+    pub jitter_ms: i64,
+    /// The zone's name, `UTC` for a definition without `TZ`.
+    pub tz: String,
+    pub from_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// The nominal time of the armed occurrence, `<id>@<next_ms>`.
+    pub next_ms: i64,
+    /// Its fire time (nominal plus the jitter drawn), None when the member
+    /// is gone from the schedule (removed by hand): then nothing fires
+    /// until an ECHO.REPEAT of the definition arms it again.
+    pub fire_at_ms: Option<i64>,
+    pub payload_key: Option<String>,
+}
+
+/// What a scrape read of a schedule's recurring definitions, bounded: two
+/// counts and the first [`REPEATS_LISTED`] to fire, whatever their number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Repeats {
+    /// The definitions.
+    pub count: i64,
+    /// Of those, the ones with no armed occurrence (`fire-at-ms` nil).
+    pub unarmed: i64,
+    /// The unarmed first, then the soonest to fire, then by id.
+    pub next: Vec<Repeat>,
 }
 
 /// Groups asked per ECHO.GROUPS page, the command's most.
@@ -561,6 +601,66 @@ fn first_group_page(v: &Value, now_ms: i64) -> Option<Result<Groups, String>> {
     Some(g.add_page(v, now_ms).map(|()| g))
 }
 
+/// One entry of an ECHO.REPEATS reply.
+fn repeat(v: &Value) -> Result<Repeat, String> {
+    let pairs = fields(v).ok_or_else(|| format!("an entry is {v:?}"))?;
+    let f = |name: &str| field(&pairs, name).map_err(|e| format!("{e} in {v:?}"));
+    let int = |name: &str| -> Result<i64, String> {
+        limits_int(f(name)?)?.ok_or_else(|| format!("`{name}` is nil"))
+    };
+    let string = |name: &str| -> Result<String, String> {
+        text(f(name)?).ok_or_else(|| format!("`{name}` in {v:?}"))
+    };
+    let payload_key = match f("payload-key")? {
+        Value::Nil => None,
+        other => Some(text(other).ok_or_else(|| format!("`payload-key` in {v:?}"))?),
+    };
+    Ok(Repeat {
+        id: string("id")?,
+        spec: string("spec")?,
+        jitter_ms: int("jitter-ms")?,
+        tz: string("tz")?,
+        from_ms: limits_int(f("from-ms")?)?,
+        until_ms: limits_int(f("until-ms")?)?,
+        next_ms: int("next-ms")?,
+        fire_at_ms: limits_int(f("fire-at-ms")?)?,
+        payload_key,
+    })
+}
+
+/// An ECHO.REPEATS reply: None from a module without the command, Err for
+/// any other error reply or a reply not the command's.
+fn repeats(v: &Value) -> Option<Result<Repeats, String>> {
+    let entries = match v {
+        Value::ServerError(e) if unknown_command(e) => return None,
+        Value::ServerError(e) => return Some(Err(server_error(e))),
+        Value::Array(entries) => entries,
+        other => return Some(Err(format!("ECHO.REPEATS: {other:?}"))),
+    };
+    let mut all = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match repeat(entry) {
+            Ok(r) => all.push(r),
+            Err(e) => return Some(Err(format!("ECHO.REPEATS: {e}"))),
+        }
+    }
+    let count = i64::try_from(all.len()).unwrap_or(i64::MAX);
+    let unarmed =
+        i64::try_from(all.iter().filter(|r| r.fire_at_ms.is_none()).count()).unwrap_or(i64::MAX);
+    // The unarmed first (nothing fires for them: the first to look at),
+    // then the soonest to fire.
+    all.sort_by(|a, b| {
+        let key = |r: &Repeat| (r.fire_at_ms.is_some(), r.fire_at_ms.unwrap_or(r.next_ms));
+        key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
+    });
+    all.truncate(REPEATS_LISTED);
+    Some(Ok(Repeats {
+        count,
+        unarmed,
+        next: all,
+    }))
+}
+
 /// Whether `key` has a hash tag, as the server finds one: a `{` and, after
 /// it, a `}` with something between. ECHO.GROUPS refuses a schedule without
 /// one (an error that would count in `echomq_errors`), so none is sent.
@@ -658,6 +758,10 @@ enum Step {
     /// whatever the keys' types (a grouped job is in a key of its group's),
     /// for a schedule with a hash tag.
     GroupPage,
+    /// ECHO.REPEATS schedule: `repeats`. Sent whatever the keys' types (the
+    /// definitions are in a hash of their own, and a schedule whose armed
+    /// occurrences were all removed by hand may not exist).
+    Repeats,
 }
 
 impl Step {
@@ -681,6 +785,7 @@ impl Step {
             Step::Dead => redis::cmd("ZCARD").arg(&k.dead).clone(),
             Step::Limits => redis::cmd("ECHO.LIMITS").arg(&k.schedule).clone(),
             Step::GroupPage => group_page(&k.schedule, "0"),
+            Step::Repeats => redis::cmd("ECHO.REPEATS").arg(&k.schedule).clone(),
         }
     }
 
@@ -696,6 +801,7 @@ impl Step {
             // Never the queue's error: the counts stand without it.
             Step::Limits => c.release = release(v),
             Step::GroupPage => c.groups = first_group_page(v, now_ms),
+            Step::Repeats => c.repeats = repeats(v),
         }
         Ok(())
     }
@@ -720,7 +826,7 @@ fn plan(types: &[Value], with_spread: bool, grouped: bool) -> Result<Vec<Step>, 
     let [schedule, pending, dead] = types else {
         return Err(format!("TYPE: {types:?}"));
     };
-    let mut steps = Vec::with_capacity(8);
+    let mut steps = Vec::with_capacity(9);
     if expect(schedule, &["zset"])?.is_some() {
         steps.extend([Step::Scheduled, Step::Due]);
         if with_spread {
@@ -739,6 +845,7 @@ fn plan(types: &[Value], with_spread: bool, grouped: bool) -> Result<Vec<Step>, 
     if grouped {
         steps.push(Step::GroupPage);
     }
+    steps.push(Step::Repeats);
     Ok(steps)
 }
 
@@ -762,6 +869,7 @@ fn counts(
         spread: vec![0; spread_buckets],
         release: None,
         groups: None,
+        repeats: None,
     };
     for (step, v) in steps.iter().zip(replies) {
         step.decode(v, &mut c, now_ms)?;
@@ -1176,16 +1284,17 @@ mod tests {
                 Groups,
                 Dead,
                 Limits,
-                GroupPage
+                GroupPage,
+                Repeats
             ])
         );
         assert_eq!(
             plan(&[ty("zset"), ty("list"), ty("none")], false, false),
-            Ok(vec![Scheduled, Due, ListLength, Limits])
+            Ok(vec![Scheduled, Due, ListLength, Limits, Repeats])
         );
         assert_eq!(
             plan(&[ty("none"), ty("none"), ty("none")], true, true),
-            Ok(vec![Limits, GroupPage])
+            Ok(vec![Limits, GroupPage, Repeats])
         );
         assert_eq!(
             plan(&[ty("none"), ty("string"), ty("zset")], true, true),
@@ -1344,6 +1453,97 @@ mod tests {
         assert!(!has_hash_tag("{}x}:schedule"));
         assert!(!has_hash_tag("plain"));
         assert!(!has_hash_tag("{open"));
+    }
+
+    /// An ECHO.REPEATS entry as RESP2 gives it (a flat array) or RESP3 (a
+    /// map).
+    fn repeat_entry(resp3: bool, id: &str, fire_at_ms: Option<i64>, next_ms: i64) -> Value {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let kv = [
+            ("id", bulk(id)),
+            ("spec", bulk("cron:0 * * * *")),
+            ("jitter-ms", Value::Int(300_000)),
+            ("tz", bulk("Europe/Berlin")),
+            ("from-ms", Value::Nil),
+            ("until-ms", Value::Int(9_000_000)),
+            ("next-ms", Value::Int(next_ms)),
+            ("fire-at-ms", fire_at_ms.map_or(Value::Nil, Value::Int)),
+            (
+                "payload-key",
+                if id == "p" {
+                    bulk("{q}:jobs")
+                } else {
+                    Value::Nil
+                },
+            ),
+        ];
+        if resp3 {
+            Value::Map(kv.into_iter().map(|(k, v)| (bulk(k), v)).collect())
+        } else {
+            Value::Array(kv.into_iter().flat_map(|(k, v)| [bulk(k), v]).collect())
+        }
+    }
+
+    #[test]
+    fn echo_repeats_lists_the_unarmed_then_the_soonest_ten() {
+        for resp3 in [false, true] {
+            // 12 armed, fire times descending with the name, one unarmed,
+            // and two that fire in the same ms (by id then).
+            let mut entries: Vec<Value> = (0..12)
+                .map(|i| repeat_entry(resp3, &format!("r{i:02}"), Some(5000 - i), 4000 - i))
+                .collect();
+            entries.push(repeat_entry(resp3, "gone", None, 100));
+            entries.push(repeat_entry(resp3, "p", Some(4989), 4000));
+            let got = repeats(&Value::Array(entries))
+                .expect("repeats")
+                .expect("decoded");
+            assert_eq!((got.count, got.unarmed), (14, 1));
+            let ids: Vec<&str> = got.next.iter().map(|r| r.id.as_str()).collect();
+            assert_eq!(
+                ids,
+                ["gone", "p", "r11", "r10", "r09", "r08", "r07", "r06", "r05", "r04"]
+            );
+            assert_eq!(
+                got.next[1],
+                Repeat {
+                    id: "p".into(),
+                    spec: "cron:0 * * * *".into(),
+                    jitter_ms: 300_000,
+                    tz: "Europe/Berlin".into(),
+                    from_ms: None,
+                    until_ms: Some(9_000_000),
+                    next_ms: 4000,
+                    fire_at_ms: Some(4989),
+                    payload_key: Some("{q}:jobs".into()),
+                }
+            );
+        }
+        let none = repeats(&Value::Array(vec![]))
+            .expect("repeats")
+            .expect("decoded");
+        assert_eq!((none.count, none.unarmed, none.next.len()), (0, 0, 0));
+        // An older module: none; any other error kept; a reply not the
+        // command's refused.
+        let reply = |text: &[u8]| redis::parse_redis_value(text).expect("a reply");
+        assert_eq!(
+            repeats(&reply(
+                b"-ERR unknown command 'ECHO.REPEATS', with args beginning with: '{q}:schedule' \r\n"
+            )),
+            None
+        );
+        assert_eq!(
+            repeats(&reply(
+                b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+            )),
+            Some(Err(WRONGTYPE.to_string()))
+        );
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Array(vec![])]),
+        ] {
+            assert!(matches!(repeats(&bad), Some(Err(_))), "{bad:?}");
+        }
     }
 
     #[test]

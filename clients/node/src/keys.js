@@ -1,6 +1,9 @@
 import { createHash } from "node:crypto";
 import { Command } from "iovalkey";
-import { JOB_GROUP_ENVELOPE, MAX_GROUP_BURST, MAX_GROUP_RATE, MAX_JOB_GROUP_BYTES } from "./protocol.js";
+import {
+  JOB_GROUP_ENVELOPE, MAX_EVERY_MS, MAX_GROUP_BURST, MAX_GROUP_RATE, MAX_JOB_GROUP_BYTES, MAX_REPEAT_ID_BYTES,
+  MIN_EVERY_MS,
+} from "./protocol.js";
 
 // The six keys of a queue, under one hash tag so a cluster keeps them on one slot.
 export function queueKeys(name) {
@@ -116,6 +119,57 @@ export function checkGroupLimit(rate, burst) {
   if (!Number.isInteger(burst) || burst < 1 || burst > MAX_GROUP_BURST) {
     throw new RangeError(`a group's burst is an integer in 1..=${MAX_GROUP_BURST}, not ${burst}`);
   }
+}
+
+// ECHO.REPEAT's arguments checked as the server checks them, before anything is sent: the id
+// (1..=1024 bytes of UTF-8: its occurrences `<id>@<nominal_ms>` are job ids), the spec
+// (`every:<ms>` with ms in 1000..=10^13, or `cron:` and its fields, which the server reads), the
+// jitter (0..= the interval of `every:`, 0..=10^13 for a cron), the zone (a non-empty name; the
+// server knows which exist), `fromMs <= untilMs` (Unix ms, safe integers). Returns the option
+// words: JITTER and TZ only when given, so every library sends one definition in the same words
+// (a definition declared again changes nothing only when it is the same as written).
+export function checkRepeat(id, spec, { jitterMs = 0, tz = null, fromMs = null, untilMs = null } = {}) {
+  if (typeof id !== "string" || id === "") throw new TypeError("a recurring job's id is a non-empty string");
+  if (LONE_SURROGATE.test(id)) throw new TypeError("a recurring job's id is valid UTF-8: this one holds a lone surrogate");
+  const idBytes = Buffer.byteLength(id);
+  if (idBytes > MAX_REPEAT_ID_BYTES) {
+    throw new RangeError(`a recurring job's id must be 1..=${MAX_REPEAT_ID_BYTES} bytes, not ${idBytes}`);
+  }
+  if (typeof spec !== "string") throw new TypeError("a spec is a string such as \"every:60000\" or \"cron:0 * * * *\"");
+  const every = /^every:(0|[1-9][0-9]*)$/i.exec(spec);
+  let jitterBound = MAX_EVERY_MS; // a cron's smallest interval: the server knows it
+  if (every) {
+    const interval = Number(every[1]);
+    if (!(interval >= MIN_EVERY_MS && interval <= MAX_EVERY_MS)) {
+      throw new RangeError(`every:<ms> takes ms in ${MIN_EVERY_MS}..=${MAX_EVERY_MS}, not ${every[1]}`);
+    }
+    jitterBound = interval;
+  } else if (!/^cron:[^]*\S/i.test(spec)) {
+    throw new RangeError(`a spec is every:<ms> (no sign, no leading zero) or cron:<5 fields>, not ${JSON.stringify(spec)}`);
+  }
+  const integer = (name, value, low, high) => {
+    if (typeof value !== "number" || !Number.isSafeInteger(value)) {
+      throw new TypeError(`${name} is a safe integer, not ${typeof value === "number" ? value : typeof value}`);
+    }
+    if (value < low || value > high) throw new RangeError(`${name} must be in ${low}..=${high}, not ${value}`);
+    return value;
+  };
+  const words = [];
+  if (integer("jitterMs", jitterMs, 0, jitterBound) > 0) words.push("JITTER", String(jitterMs));
+  if (tz !== undefined && tz !== null) {
+    if (typeof tz !== "string") throw new TypeError("tz is a string such as \"Europe/Berlin\"");
+    if (tz === "") throw new RangeError("tz must not be empty (null: UTC)");
+    if (LONE_SURROGATE.test(tz)) throw new TypeError("tz is valid UTF-8: this one holds a lone surrogate");
+    words.push("TZ", tz);
+  }
+  const given = (v) => v !== undefined && v !== null;
+  const limit = Number.MAX_SAFE_INTEGER;
+  if (given(fromMs)) words.push("FROM", String(integer("fromMs", fromMs, -limit, limit)));
+  if (given(untilMs)) words.push("UNTIL", String(integer("untilMs", untilMs, -limit, limit)));
+  if (given(fromMs) && given(untilMs) && untilMs < fromMs) {
+    throw new RangeError(`untilMs (${untilMs}) must not be before fromMs (${fromMs})`);
+  }
+  return words;
 }
 
 // A JavaScript string may hold lone surrogates, which have no UTF-8 form.

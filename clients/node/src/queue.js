@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import {
-  LONE_SURROGATE, Script, checkGroupLimit, checkJobGroup, makeStream, onSlot, queueKeys, timeMs, unwrapPayload,
-  wrapPayload,
+  LONE_SURROGATE, Script, checkGroupLimit, checkJobGroup, checkRepeat, makeStream, onSlot, queueKeys, timeMs,
+  unwrapPayload, wrapPayload,
 } from "./keys.js";
 import { ADD_BATCH, GROUP, JOB_GROUP_ENVELOPE, MAX_DELAY_MS, MAX_GROUPS_COUNT, SCRIPTS } from "./protocol.js";
 
@@ -73,6 +73,32 @@ function groupRecord(entry) {
     available: number("available"),
     waitingUntilMs: number("waiting-until-ms") ?? 0,
     heldUntilMs: number("held-until-ms") ?? 0,
+  };
+}
+
+// One ECHO.REPEATS entry (a flat field/value array, RESP2) as repeats() returns it.
+function repeatRecord(entry) {
+  const value = (name) => {
+    const v = groupField(entry, name);
+    return v === undefined ? null : v;
+  };
+  const number = (name) => {
+    const v = value(name);
+    return v === null ? null : Number(v);
+  };
+  const text = (name) => {
+    const v = value(name);
+    return v === null ? null : String(v);
+  };
+  return {
+    id: text("id"),
+    spec: text("spec"),
+    jitterMs: number("jitter-ms"),
+    tz: text("tz"),
+    fromMs: number("from-ms"),
+    untilMs: number("until-ms"),
+    nextMs: number("next-ms"),
+    fireAtMs: number("fire-at-ms"),
   };
 }
 
@@ -278,6 +304,43 @@ export class Queue {
     const name = namedGroup(group);
     const k = this.keys;
     await onSlot(this.connection, k.schedule, "ECHO.GROUPLIMIT", k.schedule, name, "DEFAULT");
+  }
+
+  // Creates or replaces the recurring job `id` (ECHO.REPEAT, docs/clients.md, Recurring jobs);
+  // resolves to the fire time (server Unix ms) of its armed occurrence. `spec`: "every:<ms>" (ms
+  // in 1000..=10^13) or "cron:<5 fields>", in UTC or in `tz` (an IANA zone); each occurrence fires
+  // at its nominal time plus a draw in 0..=jitterMs; none before fromMs or after untilMs (Unix ms).
+  // The server arms one occurrence at a time, the job `<id>@<nominal_ms>` with `payload` (stored
+  // as add() stores one, never grouped), and the next in the step that releases it; no outcome
+  // of a run touches the definition. The same definition again changes nothing (the same fire
+  // time); a different one replaces it. Arguments the server would refuse for their form reject
+  // with nothing sent; a cron field or zone the server does not know is the server's refusal.
+  async repeat(id, spec, payload, { jitterMs = 0, tz = null, fromMs = null, untilMs = null } = {}) {
+    const words = checkRepeat(id, spec, { jitterMs, tz, fromMs, untilMs });
+    const value = wrapPayload(checkPayload(payload), null);
+    const k = this.keys;
+    // The release that moves an occurrence into a missing pending would make it a list.
+    await this.#makeStream();
+    const fire = await onSlot(this.connection, k.schedule, "ECHO.REPEAT", k.schedule, id, spec, ...words, "PAYLOAD",
+      k.jobs, value);
+    return Number(fire);
+  }
+
+  // Removes the recurring job `id` and its armed occurrence (ECHO.UNREPEAT); false when there was
+  // none. An occurrence already released runs to its end, as any job.
+  async unrepeat(id) {
+    checkId(id);
+    const k = this.keys;
+    return Number(await onSlot(this.connection, k.schedule, "ECHO.UNREPEAT", k.schedule, id)) === 1;
+  }
+
+  // The queue's recurring jobs by id (ECHO.REPEATS): { id, spec, jitterMs, tz ("UTC" without one),
+  // fromMs, untilMs (null when not given), nextMs (the armed occurrence's nominal time), fireAtMs
+  // (its fire time; null when its job was removed by hand) }.
+  async repeats() {
+    const k = this.keys;
+    const entries = await onSlot(this.connection, k.schedule, "ECHO.REPEATS", k.schedule);
+    return (entries ?? []).map(repeatRecord);
   }
 
   async dead(offset = 0, count = 100) {

@@ -6,12 +6,16 @@
 //                    [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //                    [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
 //                    [--crash-on ID] [--hold-group-on ID] [--log-takes] [--log-starts KEY] [--jobs N]
-//                    [--deadline-secs S]
+//                    [--deadline-secs S] [--ran KEY]
 //   crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--group G]
 //                   [--cluster]
 //   crossworker dead --url URL --queue NAME [--cluster]
 //   crossworker requeue --url URL --queue NAME --id ID [--cluster]
 //   crossworker purge --url URL --queue NAME [--older-than-ms MS] [--cluster]
+//   crossworker repeat --url URL --queue NAME --id ID --spec SPEC --payload TEXT [--jitter-ms MS]
+//                      [--tz ZONE] [--from-ms MS] [--until-ms MS] [--cluster]
+//   crossworker repeats --url URL --queue NAME [--cluster]
+//   crossworker unrepeat --url URL --queue NAME --id ID [--cluster]
 //
 // --cluster: --url is one seed node, or several comma-separated, of a Valkey Cluster, and every
 // connection is an iovalkey Cluster. `work` prints `ready` once the group exists, with
@@ -20,12 +24,16 @@
 // --log-starts KEY adds `job <id> attempt <n> entry <entry-id>` to the stream KEY as each run starts
 // (the new entry's id is the server's clock then); --hold-group-on ID fails that job's first
 // attempt with RetryAfter(--retry-after-ms) holding the job's own group.
+// --ran pushes `<job-id> <payload as hex>` as each run starts (after --started's push of the id).
+// `repeat` prints the fire time of the armed occurrence, `repeats` one JSON object a line (id,
+// spec, jitter_ms, tz, from_ms, until_ms, next_ms, fire_at_ms), `unrepeat` true or false.
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import Redis, { Cluster } from "iovalkey";
 import { Queue, RetryAfter, Worker } from "../index.js";
 
-const USAGE = "usage: crossworker.mjs work|add|dead|requeue|purge --url URL --queue NAME [options]";
+const USAGE =
+  "usage: crossworker.mjs work|add|dead|requeue|purge|repeat|repeats|unrepeat --url URL --queue NAME [options]";
 
 function int(values, name, dflt) {
   if (values[name] === undefined) return dflt;
@@ -127,6 +135,7 @@ async function work(values, connection, queue) {
     try {
       if (values["log-takes"]) await write(`took ${job.entryId} ${job.id} ${job.attempt}`);
       if (values.started) await retried(() => side.rpush(values.started, job.id));
+      if (values.ran) await retried(() => side.rpush(values.ran, `${job.id} ${job.payload.toString("hex")}`));
       if (values["log-starts"]) {
         const fields = ["job", job.id, "attempt", String(job.attempt), "entry", job.entryId];
         await retried(() => side.xadd(values["log-starts"], "*", ...fields));
@@ -235,6 +244,48 @@ async function purge(values, queue) {
   await write(String(await queue.purgeDead(int(values, "older-than-ms", 0))));
 }
 
+// A signed integer option (Unix ms may be negative), or undefined.
+function signed(values, name) {
+  if (values[name] === undefined) return undefined;
+  const v = Number(values[name]);
+  if (!Number.isSafeInteger(v)) throw new Error(`--${name}: '${values[name]}' is not an integer`);
+  return v;
+}
+
+// Prints the fire time of the armed occurrence.
+async function repeat(values, queue) {
+  for (const name of ["id", "spec", "payload"]) if (values[name] === undefined) throw new Error(`repeat needs --${name}`);
+  const fire = await queue.repeat(values.id, values.spec, values.payload, {
+    jitterMs: int(values, "jitter-ms", 0),
+    tz: values.tz,
+    fromMs: signed(values, "from-ms"),
+    untilMs: signed(values, "until-ms"),
+  });
+  await write(String(fire));
+}
+
+// Prints each definition as a JSON object a line, with the other crossworkers' field names.
+async function repeats(queue) {
+  for (const r of await queue.repeats()) {
+    await write(JSON.stringify({
+      id: r.id,
+      spec: r.spec,
+      jitter_ms: r.jitterMs,
+      tz: r.tz,
+      from_ms: r.fromMs,
+      until_ms: r.untilMs,
+      next_ms: r.nextMs,
+      fire_at_ms: r.fireAtMs,
+    }));
+  }
+}
+
+// Prints true when the definition existed, else false.
+async function unrepeat(values, queue) {
+  if (values.id === undefined) throw new Error("unrepeat needs --id ID");
+  await write(String(await queue.unrepeat(values.id)));
+}
+
 async function main() {
   const [command, ...rest] = process.argv.slice(2);
   const { values } = parseArgs({
@@ -269,6 +320,13 @@ async function main() {
       group: { type: "string" },
       id: { type: "string" },
       "older-than-ms": { type: "string" },
+      ran: { type: "string" },
+      spec: { type: "string" },
+      payload: { type: "string" },
+      "jitter-ms": { type: "string" },
+      tz: { type: "string" },
+      "from-ms": { type: "string" },
+      "until-ms": { type: "string" },
     },
     strict: true,
   });
@@ -278,6 +336,9 @@ async function main() {
     dead: () => dead(queue),
     requeue: () => requeue(values, queue),
     purge: () => purge(values, queue),
+    repeat: () => repeat(values, queue),
+    repeats: () => repeats(queue),
+    unrepeat: () => unrepeat(values, queue),
   };
   if (!Object.hasOwn(commands, command) || !values.url || !values.queue) throw new Error(USAGE);
   const connection = values.cluster ? clusterOf(values.url) : new Redis(values.url);

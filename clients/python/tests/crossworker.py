@@ -6,23 +6,30 @@
                       [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
                       [--crash-on ID] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
                       [--hold-group-on ID] [--log-takes] [--log-starts KEY] [--jobs N]
-                      [--deadline-secs S]
+                      [--deadline-secs S] [--ran KEY]
   crossworker.py add --url URL --queue NAME [--cluster] --count N [--id-prefix P] [--delay-ms D]
                      [--group G]
   crossworker.py dead --url URL --queue NAME [--cluster]
   crossworker.py requeue --url URL --queue NAME [--cluster] --id ID
   crossworker.py purge --url URL --queue NAME [--cluster] [--older-than-ms MS]
+  crossworker.py repeat --url URL --queue NAME [--cluster] --id ID --spec SPEC --payload TEXT
+                        [--jitter-ms MS] [--tz ZONE] [--from-ms MS] [--until-ms MS]
+  crossworker.py repeats --url URL --queue NAME [--cluster]
+  crossworker.py unrepeat --url URL --queue NAME [--cluster] --id ID
 
 With --cluster, --url is one seed node of a Valkey Cluster, or several separated by commas
 (``redis://127.0.0.1:7000,127.0.0.1:7001``; a seed without a scheme takes the first one's options).
 
+``repeat`` prints the fire time of the armed occurrence, ``repeats`` one JSON object a line (id,
+spec, jitter_ms, tz, from_ms, until_ms, next_ms, fire_at_ms), ``unrepeat`` true or false.
+
 A run of ``work`` goes, in this order: --log-takes prints ``took <entry> <id> <attempt>``, --started
-pushes the id, --log-starts adds ``job <id> attempt <n> entry <entry>`` to the stream KEY (the new
-entry's id is the server's clock at the start), --crash / --crash-on kill the process, --sleep-ms
-sleeps, --hold-group-on fails that job's first attempt with RetryAfter(--retry-after-ms) holding
-the job's own group, --overload-every raises RetryAfter, --fail-first and then --fail raise, --done
-counts the success. Every exit that is not a crash prints ``summary {"runs":R,"max_concurrent":C}``;
---deadline-secs exits 2 after it.
+pushes the id, --ran pushes ``<id> <payload as hex>``, --log-starts adds ``job <id> attempt <n>
+entry <entry>`` to the stream KEY (the new entry's id is the server's clock at the start), --crash /
+--crash-on kill the process, --sleep-ms sleeps, --hold-group-on fails that job's first attempt with
+RetryAfter(--retry-after-ms) holding the job's own group, --overload-every raises RetryAfter,
+--fail-first and then --fail raise, --done counts the success. Every exit that is not a crash
+prints ``summary {"runs":R,"max_concurrent":C}``; --deadline-secs exits 2 after it.
 """
 
 from __future__ import annotations
@@ -162,6 +169,8 @@ def work(args) -> int:
             say("took %s %s %d" % (job.entry_id, job.id, job.attempt))
         if args.started:
             retried(lambda: client.rpush(args.started, job.id))
+        if args.ran:
+            retried(lambda: client.rpush(args.ran, "%s %s" % (job.id, job.payload.hex())))
         if args.log_starts:
             fields = {"job": job.id, "attempt": job.attempt, "entry": job.entry_id}
             retried(lambda: client.xadd(args.log_starts, fields))
@@ -289,6 +298,33 @@ def purge(args) -> int:
     return 0
 
 
+def repeat(args) -> int:
+    """Prints the fire time of the armed occurrence."""
+    queue = echomq.Queue(connect(args), args.queue)
+    fire = queue.repeat(
+        args.id, args.spec, args.payload, jitter_ms=args.jitter_ms, tz=args.tz, from_ms=args.from_ms,
+        until_ms=args.until_ms,
+    )
+    print(fire, flush=True)
+    return 0
+
+
+def repeats(args) -> int:
+    """Prints each definition as a JSON object a line."""
+    queue = echomq.Queue(connect(args), args.queue)
+    for r in queue.repeats():
+        print(json.dumps(r))
+    sys.stdout.flush()
+    return 0
+
+
+def unrepeat(args) -> int:
+    """Prints true when the definition existed, else false."""
+    queue = echomq.Queue(connect(args), args.queue)
+    print("true" if queue.unrepeat(args.id) else "false", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="crossworker")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -320,6 +356,7 @@ def main(argv=None) -> int:
     w.add_argument("--log-starts")
     w.add_argument("--jobs", type=int)
     w.add_argument("--deadline-secs", type=float, default=0)
+    w.add_argument("--ran")
     a = sub.add_parser("add")
     common(a)
     a.add_argument("--count", type=int, required=True)
@@ -334,8 +371,25 @@ def main(argv=None) -> int:
     p = sub.add_parser("purge")
     common(p)
     p.add_argument("--older-than-ms", type=int, default=0)
+    rp = sub.add_parser("repeat")
+    common(rp)
+    rp.add_argument("--id", required=True)
+    rp.add_argument("--spec", required=True)
+    rp.add_argument("--payload", required=True)
+    rp.add_argument("--jitter-ms", type=int, default=0)
+    rp.add_argument("--tz")
+    rp.add_argument("--from-ms", type=int)
+    rp.add_argument("--until-ms", type=int)
+    rs = sub.add_parser("repeats")
+    common(rs)
+    ur = sub.add_parser("unrepeat")
+    common(ur)
+    ur.add_argument("--id", required=True)
     args = parser.parse_args(argv)
-    commands = {"work": work, "add": add, "dead": dead, "requeue": requeue, "purge": purge}
+    commands = {
+        "work": work, "add": add, "dead": dead, "requeue": requeue, "purge": purge,
+        "repeat": repeat, "repeats": repeats, "unrepeat": unrepeat,
+    }
     return commands[args.command](args)
 
 

@@ -7,26 +7,34 @@
 //!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //!                  [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
 //!                  [--crash-on ID] [--hold-group-on ID] [--log-takes] [--log-starts KEY]
-//!                  [--jobs N] [--deadline-secs S]
+//!                  [--jobs N] [--deadline-secs S] [--ran KEY]
 //! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--group G]
 //!                 [--cluster]
 //! crossworker dead --url URL --queue NAME [--cluster]
 //! crossworker requeue --url URL --queue NAME --id ID [--cluster]
 //! crossworker purge --url URL --queue NAME [--older-than-ms MS] [--cluster]
+//! crossworker repeat --url URL --queue NAME --id ID --spec SPEC --payload TEXT [--jitter-ms MS]
+//!                    [--tz ZONE] [--from-ms MS] [--until-ms MS] [--cluster]
+//! crossworker repeats --url URL --queue NAME [--cluster]
+//! crossworker unrepeat --url URL --queue NAME --id ID [--cluster]
 //! ```
 //!
 //! `work` runs a worker until SIGTERM (then closes it gracefully and exits
 //! 0) and prints `ready` once the group exists; `add` prints the ids it
 //! added; `dead` prints each dead job as a JSON object per line; `requeue`
 //! prints `true` when the job was dead and is pending again (else `false`);
-//! `purge` prints how many dead jobs it removed.
+//! `purge` prints how many dead jobs it removed; `repeat` prints the fire time
+//! of the armed occurrence, `repeats` one JSON object a line (id, spec,
+//! jitter_ms, tz, from_ms, until_ms, next_ms, fire_at_ms), `unrepeat` `true`
+//! or `false`.
 //!
 //! `--cluster`: `--url` is one seed node, or several comma-separated, of a
 //! Valkey Cluster, and the queue (with the handler's own writes) goes
 //! through `redis::cluster::ClusterClient`.
 //!
 //! What `work` does in a run, in this order: `--log-takes` prints `took
-//! <entry-id> <job-id> <attempt>`; `--started` pushes the id; `--log-starts
+//! <entry-id> <job-id> <attempt>`; `--started` pushes the id; `--ran` pushes
+//! `<job-id> <payload as hex>`; `--log-starts
 //! KEY` adds `job <id> attempt <n> entry <entry-id>` to the stream KEY (the
 //! new entry's id is the server's clock at the start); `--crash` (every
 //! job) or `--crash-on ID` (that job) kills the process with SIGKILL;
@@ -49,10 +57,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use echomq_client::{AddOptions, Job, JobError, Queue, QueueConnection, Worker, WorkerOptions};
+use echomq_client::{
+    AddOptions, Job, JobError, Queue, QueueConnection, RepeatOptions, Worker, WorkerOptions,
+};
 
-const USAGE: &str =
-    "usage: crossworker work|add|dead|requeue|purge --url URL --queue NAME [options]";
+const USAGE: &str = "usage: crossworker work|add|dead|requeue|purge|repeat|repeats|unrepeat --url URL --queue NAME [options]";
 
 /// The options that take no value.
 const FLAGS: [&str; 3] = ["crash", "cluster", "log-takes"];
@@ -83,6 +92,9 @@ async fn main() -> ExitCode {
         "dead" => dead(&options).await,
         "requeue" => requeue(&options).await,
         "purge" => purge(&options).await,
+        "repeat" => repeat(&options).await,
+        "repeats" => repeats(&options).await,
+        "unrepeat" => unrepeat(&options).await,
         _ => Err(format!("unknown command {command:?}\n{USAGE}")),
     };
     match result {
@@ -256,6 +268,7 @@ async fn run_worker(
         shutdown_timeout_ms: number(options, "shutdown-timeout-ms", defaults.shutdown_timeout_ms)?,
     };
     let started = options.get("started").cloned();
+    let ran = options.get("ran").cloned();
     let fail = options.get("fail").cloned();
     let sleep_ms = number(options, "sleep-ms", 0)?;
     let crash = options.contains_key("crash");
@@ -274,8 +287,9 @@ async fn run_worker(
     let handler = {
         let (done, stats, conn) = (done.clone(), stats.clone(), conn.clone());
         move |job: Job| {
-            let (started, done, fail, crash_on, conn) = (
+            let (started, ran, done, fail, crash_on, conn) = (
                 started.clone(),
+                ran.clone(),
                 done.clone(),
                 fail.clone(),
                 crash_on.clone(),
@@ -291,6 +305,12 @@ async fn run_worker(
                 if let Some(key) = started {
                     let mut cmd = redis::cmd("RPUSH");
                     cmd.arg(key).arg(&job.id);
+                    retried(&conn, cmd).await?;
+                }
+                if let Some(key) = ran {
+                    let hex: String = job.payload.iter().map(|b| format!("{b:02x}")).collect();
+                    let mut cmd = redis::cmd("RPUSH");
+                    cmd.arg(key).arg(format!("{} {hex}", job.id));
                     retried(&conn, cmd).await?;
                 }
                 if let Some(key) = log_starts {
@@ -474,6 +494,73 @@ async fn purge(options: &HashMap<String, String>) -> Result<(), String> {
     let older_than_ms = number(options, "older-than-ms", 0)?;
     let removed = queue
         .purge_dead(older_than_ms)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{removed}");
+    Ok(())
+}
+
+/// A signed integer option (Unix ms may be negative), or `None`.
+fn signed(options: &HashMap<String, String>, name: &str) -> Result<Option<i64>, String> {
+    options
+        .get(name)
+        .map(|v| {
+            v.parse()
+                .map_err(|_| format!("--{name} must be an integer, got {v:?}"))
+        })
+        .transpose()
+}
+
+/// Prints the fire time of the armed occurrence.
+async fn repeat(options: &HashMap<String, String>) -> Result<(), String> {
+    let queue = open(options).await?;
+    let repeat_options = RepeatOptions {
+        jitter_ms: number(options, "jitter-ms", 0)?,
+        tz: options.get("tz").cloned(),
+        from_ms: signed(options, "from-ms")?,
+        until_ms: signed(options, "until-ms")?,
+    };
+    let fire = queue
+        .repeat(
+            required(options, "id")?,
+            required(options, "spec")?,
+            required(options, "payload")?,
+            repeat_options,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{fire}");
+    Ok(())
+}
+
+/// Prints each definition as a JSON object a line.
+async fn repeats(options: &HashMap<String, String>) -> Result<(), String> {
+    let queue = open(options).await?;
+    let opt = |v: Option<i64>| v.map_or("null".to_string(), |v| v.to_string());
+    let mut out = std::io::stdout().lock();
+    for r in queue.repeats().await.map_err(|e| e.to_string())? {
+        writeln!(
+            out,
+            "{{\"id\": {}, \"spec\": {}, \"jitter_ms\": {}, \"tz\": {}, \"from_ms\": {}, \"until_ms\": {}, \"next_ms\": {}, \"fire_at_ms\": {}}}",
+            json_string(&r.id),
+            json_string(&r.spec),
+            r.jitter_ms,
+            json_string(&r.tz),
+            opt(r.from_ms),
+            opt(r.until_ms),
+            r.next_ms,
+            opt(r.fire_at_ms),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    out.flush().map_err(|e| e.to_string())
+}
+
+/// Prints `true` when the definition existed, else `false`.
+async fn unrepeat(options: &HashMap<String, String>) -> Result<(), String> {
+    let queue = open(options).await?;
+    let removed = queue
+        .unrepeat(required(options, "id")?)
         .await
         .map_err(|e| e.to_string())?;
     println!("{removed}");

@@ -3,8 +3,10 @@
 mod envelope;
 mod protocol;
 mod queue;
+mod repeat;
 mod worker;
 
 pub use protocol::MAX_DELAY_MS;
 pub use queue::{new_job_id, AddOptions, Counts, DeadJob, GroupInfo, Queue, QueueConnection};
+pub use repeat::{Repeat, RepeatOptions};
 pub use worker::{Job, JobError, Worker, WorkerHandle, WorkerOptions};

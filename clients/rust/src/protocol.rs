@@ -40,6 +40,12 @@ pub(crate) const MAX_GROUP_RATE: u64 = number(CONSTANTS, "max_group_rate");
 pub(crate) const MAX_GROUP_BURST: u64 = number(CONSTANTS, "max_group_burst");
 /// The most groups one `ECHO.GROUPS` page shows.
 pub(crate) const MAX_GROUPS_COUNT: u64 = number(CONSTANTS, "max_groups_count");
+/// The longest id `ECHO.REPEAT` takes.
+pub(crate) const MAX_REPEAT_ID_BYTES: usize = number(CONSTANTS, "max_repeat_id_bytes") as usize;
+/// The shortest `every:<ms>` `ECHO.REPEAT` takes.
+pub(crate) const MIN_EVERY_MS: u64 = number(CONSTANTS, "min_every_ms");
+/// The longest `every:<ms>`, and the largest jitter.
+pub(crate) const MAX_EVERY_MS: u64 = number(CONSTANTS, "max_every_ms");
 /// The longest message kept in `{name}:errors`.
 pub(crate) const MAX_ERROR_BYTES: usize = number(CONSTANTS, "max_error_bytes") as usize;
 /// Jobs per transaction of `add_many`.
@@ -180,6 +186,9 @@ mod tests {
             ("max_delay_ms", MAX_DELAY_MS.to_string()),
             ("max_hold_ms", MAX_HOLD_MS.to_string()),
             ("max_error_bytes", MAX_ERROR_BYTES.to_string()),
+            ("max_repeat_id_bytes", MAX_REPEAT_ID_BYTES.to_string()),
+            ("min_every_ms", MIN_EVERY_MS.to_string()),
+            ("max_every_ms", MAX_EVERY_MS.to_string()),
             ("default_backoff", DEFAULT_BACKOFF.to_string()),
             ("default_lease_ms", DEFAULT_LEASE_MS.to_string()),
         ] {

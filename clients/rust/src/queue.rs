@@ -597,7 +597,7 @@ impl Queue {
     /// second. Only for what is safe to send twice (the scripts, which check
     /// before they write). On one server `op` runs once: what it returns is
     /// the caller's to judge, as ever.
-    async fn resent_on_cluster<T, F, Fut>(&self, mut op: F) -> RedisResult<T>
+    pub(crate) async fn resent_on_cluster<T, F, Fut>(&self, mut op: F) -> RedisResult<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = RedisResult<T>>,
@@ -625,7 +625,7 @@ impl Queue {
     /// [`Queue::ensure_group`] once per `Queue` (and its clones), before
     /// the first add with a new id: that add's `ECHO.ADD` would make a
     /// missing pending a list. (The add script makes the stream itself.)
-    async fn make_stream_once(&self) -> RedisResult<()> {
+    pub(crate) async fn make_stream_once(&self) -> RedisResult<()> {
         if !self.stream_made.load(Ordering::Relaxed) {
             self.ensure_group().await?;
         }

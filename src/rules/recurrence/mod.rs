@@ -78,6 +78,7 @@
 //! remembered across them, so years of daylight-saving changes cost one
 //! lookup each.
 
+pub mod definition;
 pub mod parse;
 
 use jiff::tz::{AmbiguousOffset, TimeZone};

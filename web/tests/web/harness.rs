@@ -634,6 +634,12 @@ pub fn no_groups() -> Json {
     json!({"count": 0, "truncated": false, "largest": [], "limited_count": 0, "limited": []})
 }
 
+/// The `repeats` of a queue with no recurring definition, on a server with
+/// ECHO.REPEATS.
+pub fn no_repeats() -> Json {
+    json!({"count": 0, "unarmed": 0, "next": []})
+}
+
 /// Four queues under release limits, each with due members (none falls due
 /// or leaves while a test reads them: nothing promotes, and no limit
 /// refills within minutes where it matters):

@@ -20,4 +20,5 @@ mod cluster;
 mod groups;
 mod metrics;
 mod page;
+mod repeats;
 mod security;

@@ -125,9 +125,19 @@ fn metrics_parse_cleanly_and_equal_the_api_for_list_and_stream_queues() {
         }
     }
     assert_eq!(find("echomq_groups", Some("bad")), None);
-    // Nothing else: 1 + 15 queue samples + 3 * 2 group gauges + 17 INFO
-    // fields (no queue is limited or held, so no release series).
-    assert_eq!(samples.len(), 1 + 15 + 6 + 17, "{samples:?}");
+    // The recurring definitions of each readable queue: none here.
+    for q in ["orders", "s", weird] {
+        assert_eq!(
+            find("echomq_repeats", Some(q)),
+            Some(("gauge".into(), 0.0)),
+            "{q}"
+        );
+    }
+    assert_eq!(find("echomq_repeats", Some("bad")), None);
+    // Nothing else: 1 + 15 queue samples + 3 * 2 group gauges + 3
+    // recurring gauges + 17 INFO fields (no queue is limited or held, so no
+    // release series).
+    assert_eq!(samples.len(), 1 + 15 + 6 + 3 + 17, "{samples:?}");
     assert!(!text.contains("echomq_release_rate"), "{text}");
 }
 

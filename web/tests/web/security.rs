@@ -400,7 +400,7 @@ fn rediss_with_a_ca_file_and_a_clean_error_with_the_wrong_ca() {
         assert_eq!(
             got["queues"][0],
             json!({"name": "t", "scheduled": 0, "due": 0, "pending": 3, "in_flight": 0,
-                   "dead": 1, "spread": vec![0; 60], "release": unlimited(), "groups": no_groups()})
+                   "dead": 1, "spread": vec![0; 60], "release": unlimited(), "groups": no_groups(), "repeats": no_repeats()})
         );
         assert!(got["info"].get("echomq_retries").is_some(), "{got}");
         assert_eq!(got["maxmemory_policy"], json!("noeviction"));
@@ -526,9 +526,9 @@ fn a_least_privilege_user_runs_the_web_view() {
              "dead": dead, "spread": zeros,
              "release": {"limited": true, "rate_per_second": 100.0, "rate_in_force_per_second": 100.0,
                          "adaptive": false, "burst": 10, "available": 10, "held_until_ms": 0,
-                         "held_for_ms": 0, "held_back": 0, "released": 0, "failures": 0}, "groups": no_groups()},
+                         "held_for_ms": 0, "held_back": 0, "released": 0, "failures": 0}, "groups": no_groups(), "repeats": no_repeats()},
             {"name": "mail", "scheduled": 0, "due": 0, "pending": 1, "in_flight": 0,
-             "dead": 0, "spread": zeros, "release": unlimited(), "groups": no_groups()},
+             "dead": 0, "spread": zeros, "release": unlimited(), "groups": no_groups(), "repeats": no_repeats()},
         ]),
         "{got}"
     );

@@ -6,7 +6,7 @@ import os
 import re
 import secrets
 import time
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from valkey.exceptions import ResponseError
 
@@ -17,6 +17,9 @@ from ._protocol import (
     MAX_GROUP_BURST,
     MAX_GROUP_RATE,
     MAX_JOB_GROUP_BYTES,
+    MAX_EVERY_MS,
+    MAX_REPEAT_ID_BYTES,
+    MIN_EVERY_MS,
 )
 
 Payload = Union[bytes, bytearray, memoryview, str]
@@ -126,6 +129,64 @@ def group_limit_words(rate: str, burst: int) -> Tuple[str, int]:
     if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_GROUP_BURST:
         raise ValueError("a group's burst is an integer in 1..=%d, not %r" % (MAX_GROUP_BURST, burst))
     return rate, burst
+
+
+_EVERY = re.compile(r"every:(0|[1-9][0-9]*)", re.IGNORECASE | re.ASCII)
+_CRON = re.compile(r"cron:.*\S.*", re.IGNORECASE | re.DOTALL)
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def _integer(name: str, value, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s is an integer, not %s" % (name, type(value).__name__))
+    if not low <= value <= high:
+        raise ValueError("%s must be in %d..=%d, not %d" % (name, low, high, value))
+    return value
+
+
+def repeat_words(
+    repeat_id, spec, jitter_ms, tz, from_ms, until_ms
+) -> Tuple[bytes, bytes, List[Union[bytes, int]]]:
+    """ECHO.REPEAT's arguments checked as the server checks them, before anything is sent: the
+    id (1..=1024 bytes of UTF-8: its occurrences ``<id>@<nominal_ms>`` are job ids), the spec
+    (``every:<ms>`` with ms in 1000..=10^13, or ``cron:`` and its fields, which the server reads),
+    the jitter (0..= the interval of ``every:``, 0..=10^13 for a cron), the zone (a non-empty
+    name; the server knows which exist), and ``from_ms <= until_ms`` (Unix ms, 64-bit). Returns
+    the id and the spec as bytes and the option words; JITTER and TZ only when given, so that
+    every library sends one definition in the same words (a definition declared again changes
+    nothing only when it is the same as written)."""
+    _, rid = new_job_id(repeat_id)
+    if len(rid) > MAX_REPEAT_ID_BYTES:
+        raise ValueError("a recurring job's id must be 1..=%d bytes, not %d" % (MAX_REPEAT_ID_BYTES, len(rid)))
+    if not isinstance(spec, str):
+        raise TypeError("a spec is a str such as 'every:60000' or 'cron:0 * * * *', not %s" % type(spec).__name__)
+    every = _EVERY.fullmatch(spec)
+    if every is not None:
+        interval = int(every.group(1))
+        if not MIN_EVERY_MS <= interval <= MAX_EVERY_MS:
+            raise ValueError("every:<ms> takes ms in %d..=%d, not %d" % (MIN_EVERY_MS, MAX_EVERY_MS, interval))
+        jitter_bound = interval
+    elif _CRON.fullmatch(spec) is not None:
+        jitter_bound = MAX_EVERY_MS  # the spec's smallest interval: the server knows it
+    else:
+        raise ValueError("a spec is every:<ms> (no sign, no leading zero) or cron:<5 fields>, not %r" % spec)
+    words: List[Union[bytes, int]] = []
+    jitter_ms = _integer("jitter_ms", jitter_ms, 0, jitter_bound)
+    if jitter_ms:
+        words += [b"JITTER", jitter_ms]
+    if tz is not None:
+        if not isinstance(tz, str):
+            raise TypeError("tz is a str such as 'Europe/Berlin', not %s" % type(tz).__name__)
+        if not tz:
+            raise ValueError("tz must not be empty (None: UTC)")
+        words += [b"TZ", tz.encode("utf-8")]
+    if from_ms is not None:
+        words += [b"FROM", _integer("from_ms", from_ms, *_I64)]
+    if until_ms is not None:
+        words += [b"UNTIL", _integer("until_ms", until_ms, *_I64)]
+    if from_ms is not None and until_ms is not None and until_ms < from_ms:
+        raise ValueError("until_ms (%d) must not be before from_ms (%d)" % (until_ms, from_ms))
+    return rid, spec.encode("utf-8"), words
 
 
 def wrap_payload(payload: bytes, job_group: Optional[bytes]) -> bytes:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from ._common import (
     Keys,
@@ -15,6 +15,7 @@ from ._common import (
     make_stream,
     new_id,
     new_job_id,
+    repeat_words,
     server_ms,
     to_bytes,
     to_str,
@@ -107,6 +108,30 @@ def _group(entry) -> GroupInfo:
         waiting_until_ms=number(b"waiting-until-ms") or 0,
         held_until_ms=number(b"held-until-ms") or 0,
     )
+
+
+def _repeat(entry) -> Dict[str, Any]:
+    """One ECHO.REPEATS entry (a map in RESP3, a flat field/value list in RESP2) as ``repeats()``
+    returns it."""
+
+    def number(name: bytes) -> Optional[int]:
+        value = _field(entry, name)
+        return None if value is None else int(value)
+
+    def text(name: bytes) -> Optional[str]:
+        value = _field(entry, name)
+        return None if value is None else to_str(value)
+
+    return {
+        "id": text(b"id"),
+        "spec": text(b"spec"),
+        "jitter_ms": number(b"jitter-ms"),
+        "tz": text(b"tz"),
+        "from_ms": number(b"from-ms"),
+        "until_ms": number(b"until-ms"),
+        "next_ms": number(b"next-ms"),
+        "fire_at_ms": number(b"fire-at-ms"),
+    }
 
 
 def _delay(delay_ms: int) -> int:
@@ -389,6 +414,71 @@ class Queue:
         if job_group is None:
             raise ValueError("a group limit needs a group: the ungrouped jobs have the configured limit")
         return job_group
+
+    # -- recurring jobs ----------------------------------------------------------------------
+
+    def repeat(
+        self,
+        id: str,
+        spec: str,
+        payload: Payload,
+        jitter_ms: int = 0,
+        tz: Optional[str] = None,
+        from_ms: Optional[int] = None,
+        until_ms: Optional[int] = None,
+    ) -> int:
+        """Creates or replaces the recurring job ``id`` (ECHO.REPEAT, docs/clients.md, Recurring
+        jobs) and returns the fire time (server Unix ms) of its armed occurrence.
+
+        ``spec`` is ``"every:<ms>"`` (ms in 1000..=10^13, from the call, or from ``from_ms``) or
+        ``"cron:<minute hour day-of-month month day-of-week>"`` (names, ranges, steps, lists,
+        ``@hourly`` and the like), in UTC or in ``tz`` (an IANA zone such as
+        ``"Europe/Berlin"``). Each occurrence fires at its nominal time plus a draw in
+        ``0..=jitter_ms`` (at most the spec's interval), and none comes before ``from_ms`` or
+        after ``until_ms`` (Unix ms).
+
+        The server arms one occurrence at a time, the job ``<id>@<nominal_ms>`` of this queue
+        with ``payload`` (stored as ``add`` stores one, never grouped), and arms the next in the
+        same step that releases it, however many workers and promoters run: a worker runs it as
+        any job (``job.id`` is the occurrence's id), and its success, retries or death never
+        touch the definition. A stretch missed while the server was down runs once.
+
+        The same definition again changes nothing and returns the same fire time, so every
+        instance of an application may declare its recurring jobs at start; a different one (any
+        argument changed, the payload too) replaces it, armed again from now. Arguments the
+        server would refuse for their form are refused here, with nothing sent (ValueError,
+        TypeError); a cron field or a zone the server does not know is refused by the server
+        (``valkey.exceptions.ResponseError``), with nothing written."""
+        rid, spec_bytes, words = repeat_words(id, spec, jitter_ms, tz, from_ms, until_ms)
+        value = wrap_payload(to_bytes(payload), None)
+        if not self._stream_made:
+            # The release that moves an occurrence into a missing pending would make it a list.
+            self._make_stream()
+        k = self.keys
+        return int(
+            self._route.run(
+                lambda c: c.execute_command(
+                    "ECHO.REPEAT", k.schedule, rid, spec_bytes, *words, b"PAYLOAD", k.jobs, value
+                )
+            )
+        )
+
+    def unrepeat(self, id: str) -> bool:
+        """Removes the recurring job ``id`` and its armed occurrence (ECHO.UNREPEAT); False when
+        there was none. An occurrence already released runs to its end, as any job."""
+        jid = id_bytes(id)
+        schedule = self.keys.schedule
+        return bool(self._route.run(lambda c: c.execute_command("ECHO.UNREPEAT", schedule, jid)))
+
+    def repeats(self) -> List[Dict[str, Any]]:
+        """The queue's recurring jobs by id (ECHO.REPEATS), each a dict: ``id``, ``spec`` (as
+        given), ``jitter_ms``, ``tz`` (``"UTC"`` without one), ``from_ms`` and ``until_ms`` (None
+        when not given), ``next_ms`` (the nominal time of the armed occurrence) and
+        ``fire_at_ms`` (its fire time, None when its job was removed by hand: ``repeat`` with
+        the same definition arms it again)."""
+        schedule = self.keys.schedule
+        entries = self._route.run(lambda c: c.execute_command("ECHO.REPEATS", schedule))
+        return [_repeat(entry) for entry in entries or []]
 
     # -- repairing ---------------------------------------------------------------------------
 
