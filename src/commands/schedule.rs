@@ -119,5 +119,11 @@ mod tests {
         assert_eq!(field("max_group_rate"), MAX_RATE);
         assert_eq!(field("max_group_burst"), MAX_BURST);
         assert_eq!(field("max_groups_count"), MAX_GROUPS_COUNT);
+        // and a recurring job's id and every:<ms>
+        use crate::rules::recurrence::definition::MAX_ID_BYTES;
+        use crate::rules::recurrence::{MAX_EVERY_MS, MIN_EVERY_MS};
+        assert_eq!(field("max_repeat_id_bytes"), MAX_ID_BYTES as u64);
+        assert_eq!(field("min_every_ms"), MIN_EVERY_MS);
+        assert_eq!(field("max_every_ms"), MAX_EVERY_MS);
     }
 }
