@@ -1134,6 +1134,23 @@ fn migrate_slot(cluster: &Cluster, slot: u16, to: usize) {
     let from = cluster.owner(slot);
     let (from_id, to_id) = (cluster.id(from), cluster.id(to));
     let (mut on_from, mut on_to) = (cluster.conn(from), cluster.conn(to));
+    // Right after a failover the two may not yet see each other as
+    // primaries (SETSLOT IMPORTING then answers "Target node is not a
+    // master"): wait until each node's own view says so.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let sees_primary = |con: &mut Connection, id: &str| {
+        cluster_nodes(con)
+            .map(|nodes| nodes.iter().any(|n| n.id == id && n.has_flag("master")))
+            .unwrap_or(false)
+    };
+    while !(sees_primary(&mut on_to, &from_id) && sees_primary(&mut on_from, &to_id)) {
+        assert!(
+            Instant::now() < deadline,
+            "the two primaries never saw each other as primaries\n{}",
+            cluster.logs()
+        );
+        sleep(Duration::from_millis(50));
+    }
     let _: () = q!(
         &mut on_to,
         "CLUSTER",
