@@ -339,13 +339,14 @@ fn the_calendars_herd_is_one_bucket_without_jitter_and_a_flat_spread_with_it() {
     }
     let hour_ms = 3_600_000;
     let next_hour = (now_ms(&mut con) / hour_ms + 1) * hour_ms;
+    // JITTER 300000 draws in 0..=300000: the range takes its last ms too.
     let spread = |con: &mut Connection, schedule: &str| -> Vec<i64> {
         q!(
             con,
             "ECHO.SPREAD",
             schedule,
             next_hour,
-            next_hour + 300_000,
+            next_hour + 300_001,
             300
         )
     };
