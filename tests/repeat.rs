@@ -324,6 +324,13 @@ fn until_ends_a_definition_after_its_last_occurrence_and_from_starts_it() {
 fn the_calendars_herd_is_one_bucket_without_jitter_and_a_flat_spread_with_it() {
     let server = Server::start();
     let mut con = server.conn();
+    // Both herds must arm the same hour: near its end, wait it out.
+    let hour_ms = 3_600_000;
+    let into_hour_ms = now_ms(&mut con) % hour_ms;
+    if into_hour_ms > hour_ms - 30_000 {
+        sleep(Duration::from_millis((hour_ms - into_hour_ms + 100) as u64));
+    }
+    let next_hour = (now_ms(&mut con) / hour_ms + 1) * hour_ms;
     for (schedule, jitter) in [("{h0}:s", "0"), ("{h1}:s", "300000")] {
         let mut pipe = redis::pipe();
         for i in 0..10_000 {
@@ -337,8 +344,6 @@ fn the_calendars_herd_is_one_bucket_without_jitter_and_a_flat_spread_with_it() {
         }
         let _: () = pipe.query(&mut con).unwrap();
     }
-    let hour_ms = 3_600_000;
-    let next_hour = (now_ms(&mut con) / hour_ms + 1) * hour_ms;
     // JITTER 300000 draws in 0..=300000: the range takes its last ms too.
     let spread = |con: &mut Connection, schedule: &str| -> Vec<i64> {
         q!(
