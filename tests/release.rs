@@ -77,10 +77,13 @@ fn limit_field(con: &mut Connection, schedule: &str, field: &str) -> Option<f64>
 type Samples = Vec<(i64, u64)>;
 
 /// Runs `ECHO.PROMOTE` in a loop for `run`, between two `TIME`s in one
-/// MULTI: each release happened within [first TIME, second TIME + 1 ms] by
-/// the wall clock the limit reads (on Valkey both TIMEs are the MULTI's
-/// frozen command time). Samples at the first TIME, and those ends, for the
-/// bound.
+/// MULTI. Samples at the first TIME, and the latest server time each call's
+/// releases may have happened at, for the bound: the next call's first TIME
+/// (the server runs it after this call ended), the last call's second TIME
+/// + 1 ms. Not this call's second TIME: on Valkey both TIMEs are the MULTI's
+/// frozen command time, and the wall clock the limit reads passes it by as
+/// long as the server is kept off the CPU mid-MULTI (more than a
+/// millisecond on a loaded machine).
 fn promote_loop(con: &mut Connection, run: Duration, pause: Duration) -> (Samples, Vec<i64>) {
     let mut samples = Vec::new();
     let mut after = Vec::new();
@@ -100,12 +103,13 @@ fn promote_loop(con: &mut Connection, run: Duration, pause: Duration) -> (Sample
             .expect("TIME, ECHO.PROMOTE and TIME");
         total += moved;
         samples.push((ms_of(&time), total));
-        // The limit reads the wall clock, which inside the MULTI may have
-        // passed the (frozen) TIME by less than a millisecond.
         after.push(ms_of(&time_after) + 1);
         sleep(pause);
     }
-    (samples, after)
+    let ends = (0..samples.len())
+        .map(|j| samples.get(j + 1).map_or(after[j], |next| next.0))
+        .collect();
+    (samples, ends)
 }
 
 fn ms_of((secs, micros): &(String, String)) -> i64 {

@@ -788,8 +788,11 @@ fn slow_readers_on_every_connection_slot_leave_room_for_a_fresh_client() {
             "fresh GET /api/queues {i} with {} slow readers connected: {took:?}",
             slow.len()
         );
+        // Blocked behind the slow readers, it would wait for a slot to be
+        // freed by the 10-s write timeout (8 s after the sleep above); the
+        // bound leaves the rest to a loaded machine's scheduling.
         assert!(
-            took < Duration::from_secs(1),
+            took < Duration::from_secs(5),
             "a fresh client waited {took:?} behind {} slow readers",
             slow.len()
         );
