@@ -2,6 +2,8 @@
 # `make` alone (or `make help`) lists the targets and settings.
 SHELL := /bin/bash
 CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
+# scripts/run-suites.sh and the tests that build an example call the same cargo.
+export CARGO
 MODULE := target/release/libechomq.so
 .DEFAULT_GOAL := help
 
@@ -71,27 +73,29 @@ web: build ## Start echomq-web on make run's server (see WEB_LISTEN, ECHOMQ_WEB_
 	./target/release/echomq-web $(if $(ECHOMQ_WEB_URL),,--url redis://127.0.0.1:$(SERVER_PORT)/ )--listen $(WEB_LISTEN) \
 	  $(foreach q,$(WEB_QUEUES),--queue $(q))
 
-# Unit and property tests, then integration tests against real servers: every
-# crate's own (the module's tests/, echomq-web's web/tests, the Rust client
-# library's clients/rust/tests, the three libraries together in clients/tests),
-# the Python and Node.js client libraries' suites, then the core suites again
-# against Redis 7 when redis-server is installed (CI installs it). On Redis the
-# release suite leaves out its three paced runs (15-19 s each; its other nine
-# tests run there): they follow the limiter's pacing for seconds, arithmetic
-# no server changes, and run on every Valkey version.
-REDIS_SUITES := --test commands --test add --test bad_input --test replication --test reliability --test retry_options --test auto_promote --test streams --test eviction --test hostile --test fuzz --test release --test groups --test repeat
+# Unit and property tests, then the integration tests against real servers
+# side by side (scripts/test-pool.sh, TEST_JOBS at once, most of them waiting
+# on timers, not the CPU): every crate's own (the module's tests/, echomq-web's
+# web/tests, the Rust client library's clients/rust/tests, the three libraries
+# together in clients/tests), the Python and Node.js client libraries' suites,
+# and the core suites again against Redis 7 when redis-server is installed (CI
+# installs it). On Redis the release suite leaves out its three paced runs
+# (15-19 s each; its other nine tests run there): they follow the limiter's
+# pacing for seconds, arithmetic no server changes, and run on every Valkey
+# version. The pool prints each job's output whole as it ends, then every
+# job's time; it fails if any job failed, after all ran.
+REDIS_SUITES := commands add bad_input replication reliability retry_options auto_promote streams eviction hostile fuzz release groups repeat
 REDIS_SKIP := --skip exactly_at_the_limit --skip follows_the_dependency_down
+## how many test jobs make test runs at once (a browser or three languages' workers count 2)
+TEST_JOBS ?= 4
 test: build ## Run every test against real servers (and Redis 7 when installed)
 	@echo "== make test on $$(valkey-server --version | sed -n 's/.* v=\([^ ]*\).*/Valkey \1/p') ($$(command -v valkey-server))"
-	$(CARGO) test --release --workspace
-	@echo "== clients/python: pytest"; bash clients/python/run-tests.sh
-	@echo "== clients/node: node --test"; bash clients/node/run-tests.sh
-	@if command -v redis-server >/dev/null 2>&1; then \
-	  echo "== Redis compatibility: core suites against $$(redis-server --version | cut -d' ' -f3)"; \
-	  ECHOMQ_SERVER=redis-server $(CARGO) test --release $(REDIS_SUITES) -- $(REDIS_SKIP); \
-	else \
-	  echo "== Redis compatibility: SKIPPED (redis-server not installed: apt-get install redis-server)"; \
-	fi
+	$(CARGO) test --release --workspace --no-run
+	$(CARGO) test --release --workspace --lib --bins
+	$(CARGO) test --release --workspace --doc
+	bash scripts/test-prepare.sh
+	REDIS_SUITES="$(REDIS_SUITES)" REDIS_SKIP="$(REDIS_SKIP)" bash scripts/test-plan.sh > target/test-plan.tsv
+	bash scripts/test-pool.sh -j $(TEST_JOBS) < target/test-plan.tsv
 
 # The module suite once per Valkey version: every integration test of the
 # module (tests/*.rs, the root crate's own; echomq-web's web/tests, which needs
@@ -107,11 +111,11 @@ test: build ## Run every test against real servers (and Redis 7 when installed)
 # (clients/tests/failover.rs and workers.rs, tests of the echomq-client-tests
 # package, so a second cargo test with -p), counted in the same passed/FAILED
 # line.
-MODULE_SUITES := $(patsubst tests/%.rs,--test %,$(sort $(filter-out tests/docs_sessions.rs,$(wildcard tests/*.rs))))
+MODULE_SUITES := $(patsubst tests/%.rs,%,$(sort $(filter-out tests/docs_sessions.rs,$(wildcard tests/*.rs))))
 ## the suites make test-matrix runs on each version
 MATRIX_SUITES ?= $(MODULE_SUITES)
 ## the suites of echomq-client-tests (clients/tests) make test-matrix runs on each version too
-MATRIX_CLIENT_SUITES ?= --test failover --test workers
+MATRIX_CLIENT_SUITES ?= failover workers
 ## the servers make test-matrix runs on (unset: the packaged one and every cached one)
 MATRIX_SERVERS ?=
 test-matrix: build ## Run the module suite and the libraries' failover and workers suites on every cached Valkey version, with timings
@@ -130,9 +134,9 @@ test-matrix: build ## Run the module suite and the libraries' failover and worke
 	  echo "== Valkey $$version: $$server"; \
 	  started=$$(date +%s); \
 	  result=passed; \
-	  ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli $(CARGO) test --release $(MATRIX_SUITES) || result=FAILED; \
+	  ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli bash scripts/run-suites.sh . $(MATRIX_SUITES) || result=FAILED; \
 	  if [ -n "$(MATRIX_CLIENT_SUITES)" ]; then \
-	    ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli $(CARGO) test --release -p echomq-client-tests $(MATRIX_CLIENT_SUITES) || result=FAILED; \
+	    ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli bash scripts/run-suites.sh clients/tests $(MATRIX_CLIENT_SUITES) || result=FAILED; \
 	  fi; \
 	  [ $$result = passed ] || failed="$$failed $$version"; \
 	  summary="$$summary$$(printf '\n  Valkey %-8s %-6s in %ss' $$version $$result $$(( $$(date +%s) - started )))"; \

@@ -20,6 +20,9 @@ major=$(node -p 'process.versions.node.split(".")[0]')
 server=${ECHOMQ_SERVER:-valkey-server}
 command -v "$server" >/dev/null 2>&1 || skip "$server is not installed (set ECHOMQ_SERVER or install valkey-server)"
 
-npm install --no-audit --no-fund
+# --prepare installs and stops; ECHOMQ_PREPARED=1 skips the install, for make
+# test's pool, where other suites run this package's programs meanwhile.
+[ "${ECHOMQ_PREPARED:-}" = 1 ] || npm install --no-audit --no-fund
+[ "${1:-}" = --prepare ] && exit 0
 # The test files only: test/ also holds the server fixture and the crossworker program.
 exec node --test test/*.test.mjs

@@ -4,7 +4,7 @@
 # test extra into it, and runs pytest against a valkey-server it starts itself (the module from
 # $ECHOMQ_MODULE, else <repo>/target/release/libechomq.so: run `make build` first).
 # Without Python 3.9+ or venv support: SKIPPED (exit 0), or a failure when CI=true.
-# Extra arguments go to pytest (e.g. -k scenario3).
+# Extra arguments go to pytest (e.g. -k scenario3); --prepare only makes the environment.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,6 +38,11 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pip' >/dev/nul
 fi
 
 cd "$repo"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "./clients/python[test]"
+# --prepare installs and stops; ECHOMQ_PREPARED=1 skips the install, for make
+# test's pool, where other suites import the package from this venv meanwhile.
+if [ "${ECHOMQ_PREPARED:-}" != 1 ]; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "./clients/python[test]"
+fi
+[ "${1:-}" = --prepare ] && exit 0
 cd "$here"
 exec "$venv/bin/python" -m pytest -q "$@"
