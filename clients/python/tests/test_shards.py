@@ -382,3 +382,50 @@ def test_growing_from_two_to_three_shards_runs_every_job_once(client, qname):
     old.add(b"s", id=stray, delay_ms=60_000)
     assert new.remove(stray) is True
     assert not client.hexists(key(old.shards[echomq.shard_of(stray, 2)], "jobs"), stray)
+
+
+@only_resp2
+def test_a_wait_on_every_shard_takes_at_most_one_run_per_shard_and_hands_back_the_rest(client, qname):
+    """Idle, with one slot: a job on each of 4 shards at once may be read by each shard's wait, so
+    the worker holds at most concurrency + 4 runs; those it did not start go back on close."""
+    q = echomq.Queue(client, qname, shards=4)
+    release = threading.Event()
+    started = []
+    ids = [ids_on(shard, 4, 1, "one-%d-" % shard)[0] for shard in range(4)]
+
+    def handler(job):
+        started.append(job.id)
+        release.wait(10)
+
+    with running(q, handler, concurrency=1, lease_ms=60_000) as worker:
+        time.sleep(0.3)  # idle: a blocking read on every shard
+        q.add_many([b"x"] * 4, ids=ids)
+        wait_for(lambda: started, what="a first run")
+        time.sleep(0.3)
+        held = q.counts()["in_flight"]
+        print("runs held by a worker with one slot on 4 shards:", held)
+        assert 1 <= held <= 1 + 4, held
+        worker.close()
+        release.set()
+    assert len(started) == 1
+    counts = q.counts()
+    assert (counts["in_flight"], counts["pending"]) == (0, 3), counts
+    runs = []
+    with running(q, lambda job: runs.append(job.id)):
+        wait_for(lambda: len(runs) == 3, what="the handed-back runs")
+    assert sorted(started + runs) == sorted(ids)
+
+
+@only_resp2
+def test_stale_runs_are_taken_over_on_their_shard(client, qname):
+    q = echomq.Queue(client, qname, shards=3)
+    [jid] = ids_on(2, 3, 1, "orphan-")
+    q.add(b"x", id=jid)
+    pending = key(q.shards[2], "pending")
+    assert client.xreadgroup("workers", "crashed", {pending: ">"}, count=10)  # never acknowledged
+    runs = []
+    with running(q, lambda job: runs.append((job.id, job.attempt)), lease_ms=400):
+        wait_for(lambda: runs, timeout=10, what="the takeover")
+        wait_for(lambda: client.xlen(pending) == 0, what="the success on its shard")
+    assert runs == [(jid, 1)]
+    assert q.counts()["in_flight"] == 0 and not client.hexists(key(q.shards[2], "jobs"), jid)
