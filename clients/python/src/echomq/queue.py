@@ -705,11 +705,12 @@ class Queue:
         else:
             nodes = [self.client]
         for node in nodes:
-            current = node.config_get("echomq.release-limits")
-            text = current.get(b"echomq.release-limits", current.get("echomq.release-limits")) or b""
-            if isinstance(text, str):
-                text = text.encode()
-            words = text.split()
+            # "CONFIG", "GET" as two words: valkey-py's CONFIG GET parser decodes the value, which
+            # would mangle another queue's name that is not UTF-8 when it is written back
+            reply = node.execute_command("CONFIG", "GET", "echomq.release-limits")
+            pairs = list(reply.items()) if isinstance(reply, dict) else list(zip(reply[::2], reply[1::2]))
+            text = next((value for _, value in pairs), b"") or b""
+            words = (text.encode() if isinstance(text, str) else bytes(text)).split()
             kept = [tuple(words[i : i + 3]) for i in range(0, len(words) - 2, 3) if words[i] not in schedules]
             node.config_set("echomq.release-limits", b" ".join(w for entry in kept + mine for w in entry))
 
