@@ -629,10 +629,11 @@ class Worker:
         """One read of the shard (``block_ms`` None: without blocking); returns how many entries
         it took."""
         k = shard.keys
+        promote = shard.self_promote  # once: ECHO.QUEUES may change it from another thread meanwhile
         if block_ms is Worker._BLOCK:
-            block_ms = min(100 if shard.self_promote else self.block_ms, max(1, self.lease_ms // 2))
+            block_ms = min(100 if promote else self.block_ms, max(1, self.lease_ms // 2))
         pipe = reader.pipeline(transaction=False)
-        if shard.self_promote:
+        if promote:
             pipe.execute_command("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", PROMOTE_LIMIT)
         pipe.xreadgroup(GROUP, self.consumer, {k.pending: ">"}, count=free, block=block_ms)
         pipe.execute_command("ECHO.LIMITS", k.schedule)
@@ -640,7 +641,7 @@ class Worker:
         # Not raising on the first error: a refused PROMOTE must not throw away the entries the
         # XREADGROUP beside it delivered (they would wait for a takeover).
         replies = pipe.execute(raise_on_error=False)
-        if shard.self_promote and isinstance(replies[0], Exception):
+        if promote and isinstance(replies[0], Exception):
             log.warning("echomq: ECHO.PROMOTE failed (%s)", describe(replies[0]))
         if isinstance(replies[-3], Exception):
             raise replies[-3]
