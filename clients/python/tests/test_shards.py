@@ -380,11 +380,18 @@ def test_growing_from_two_to_three_shards_runs_every_job_once(client, qname):
         wait_for(lambda: len(runs) == len(ids) + len(fresh), timeout=20, what="every job to run")
         wait_for(lambda: sum(new.counts().values()) == 0, what="every outcome")
     assert runs == {i: 1 for i in ids + fresh}
-    # remove and requeue find a job the old layout placed where the new one would not
-    [stray] = [i for i in ("stray-%d" % n for n in range(100)) if echomq.shard_of(i, 2) != echomq.shard_of(i, 3)][:1]
-    old.add(b"s", id=stray, delay_ms=60_000)
-    assert new.remove(stray) is True
-    assert not client.hexists(key(old.shards[echomq.shard_of(stray, 2)], "jobs"), stray)
+    # remove, requeue and unrepeat find what the old layout placed where the new one would not
+    strays = [i for i in ("stray-%d" % n for n in range(100)) if echomq.shard_of(i, 2) != echomq.shard_of(i, 3)]
+    old.add(b"s", id=strays[0], delay_ms=60_000)
+    assert new.remove(strays[0]) is True
+    assert not client.hexists(key(old.shards[echomq.shard_of(strays[0], 2)], "jobs"), strays[0])
+    was = old.shards[echomq.shard_of(strays[1], 2)]
+    client.zadd(key(was, "dead"), {strays[1]: 1})
+    client.hset(key(was, "jobs"), strays[1], b"d")
+    assert new.requeue(strays[1]) is True
+    assert [f[b"job"] for _, f in client.xrange(key(was, "pending"))] == [strays[1].encode()]
+    old.repeat(strays[2], "every:60000", b"r")
+    assert new.unrepeat(strays[2]) is True and new.repeats() == []
 
 
 @only_resp2
