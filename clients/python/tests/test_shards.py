@@ -6,10 +6,15 @@ shard's jobs once, fairly, and starts a job of an idle shard at once."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 import threading
 import time
 
 import pytest
+import valkey
+from valkey.cluster import ClusterNode, ValkeyCluster
 
 import echomq
 from conftest import REPO, wait_for
@@ -439,3 +444,98 @@ def test_stale_runs_are_taken_over_on_their_shard(client, qname):
         wait_for(lambda: client.xlen(pending) == 0, what="the success on its shard")
     assert runs == [(jid, 1)]
     assert q.counts()["in_flight"] == 0 and not client.hexists(key(q.shards[2], "jobs"), jid)
+
+
+# -- on a cluster -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(server, tmp_path_factory):
+    """Three primaries (no replicas) with the module, the slots split in three; stopped by pid."""
+    binary = os.environ.get("ECHOMQ_SERVER") or "valkey-server"
+    module = os.environ.get("ECHOMQ_MODULE") or str(REPO / "target" / "release" / "libechomq.so")
+    workdir = tmp_path_factory.mktemp("cluster")
+
+    def free_port() -> int:
+        # the cluster bus takes a port of its own (--cluster-port), so any free port will do
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    procs, ports, buses = [], [], []
+    try:
+        for i in range(3):
+            port, bus = free_port(), free_port()
+            args = [
+                binary, "--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1",
+                "--cluster-enabled", "yes", "--cluster-config-file", str(workdir / ("nodes-%d.conf" % i)),
+                "--save", "", "--appendonly", "no", "--dir", str(workdir), "--loadmodule", module,
+            ]
+            with open(workdir / ("node-%d.log" % i), "wb") as out:
+                procs.append(subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT))
+            ports.append(port)
+            buses.append(bus)
+        nodes = [valkey.Valkey(host="127.0.0.1", port=port, socket_connect_timeout=1) for port in ports]
+        for c in nodes:
+            wait_for(lambda c=c: _pings(c), timeout=15, what="a cluster node to start")
+        for i, c in enumerate(nodes):
+            low, high = i * 16384 // 3, (i + 1) * 16384 // 3 - 1
+            c.execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
+        for c in nodes[1:]:
+            c.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0], buses[0])
+        wait_for(
+            lambda: all(b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in nodes)
+            and all(len(c.execute_command("CLUSTER", "SLOTS")) == 3 for c in nodes),
+            timeout=20, what="the cluster to form",
+        )
+        client = ValkeyCluster(startup_nodes=[ClusterNode("127.0.0.1", ports[0])])
+        yield client, nodes
+        client.close()
+        for c in nodes:
+            c.close()
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _pings(c) -> bool:
+    try:
+        return bool(c.ping())
+    except valkey.exceptions.ConnectionError:
+        return False
+
+
+def test_on_a_cluster_the_shards_spread_and_a_worker_runs_every_job_once(cluster, qname):
+    client, nodes = cluster
+    q = echomq.Queue(client, qname, shards=6)
+    owners = {client.nodes_manager.get_node_from_slot(echomq.keyslot(t)).name for t in q.shards}
+    assert len(owners) == 3, "six shards over three primaries"
+    ids = q.add_many([b"x"] * 60) + q.add_many([b"y"] * 12, ids=["given-%d" % i for i in range(12)])
+    ids.append(q.add(b"later", delay_ms=100))
+    for jid in ids:
+        assert client.hexists(key(q.shards[q.shard_of(jid)], "jobs"), jid)
+    assert q.counts()["pending"] == 72
+    runs = {}
+    lock = threading.Lock()
+
+    def handler(job):
+        with lock:
+            runs[job.id] = runs.get(job.id, 0) + 1
+
+    with running(q, handler, concurrency=4):
+        wait_for(lambda: len(runs) == len(ids), timeout=20, what="every job to run")
+        wait_for(lambda: sum(q.counts().values()) == 0, what="every outcome")
+    assert runs == {i: 1 for i in ids}
+    # the split limit is every node's config
+    q.set_limit("600/s", 6)
+    for c in nodes:
+        words = c.execute_command("CONFIG", "GET", "echomq.release-limits")[1].split()
+        assert words == [w for t in q.shards for w in (key(t, "schedule").encode(), b"100/s", b"1")]
+    q.clear_limit()
+    assert all(c.execute_command("CONFIG", "GET", "echomq.release-limits")[1] == b"" for c in nodes)
