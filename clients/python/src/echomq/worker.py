@@ -196,6 +196,11 @@ class Worker:
     ``run()`` blocks until ``close()`` is called (from a handler, another thread, or SIGTERM when
     ``run()`` is on the main thread). A handler that returns succeeds; one that raises fails the
     job, which the server retries under ``backoff`` until ``max_attempts`` failures make it dead.
+
+    On a sharded queue (``Queue(..., shards=N)``) the worker takes from every shard, fairly, and
+    while idle blocks on all of them at once (a thread and a connection per shard), so it may hold
+    up to N runs beyond ``concurrency``, leased, waiting for a handler thread; each outcome is
+    written on its run's shard, and a ``RetryAfter`` holds every shard.
     """
 
     def __init__(
