@@ -255,9 +255,11 @@ class Queue:
         value = wrap_payload(to_bytes(payload), job_group)
         delay_ms = _delay(delay_ms)
         if self._sharded:
-            text = new_job_id(id)[0] if id is not None else new_id()
-            part = self._part_of(text.encode("utf-8"))
-            return part.add(payload, id=text, delay_ms=delay_ms, group=group) if id is not None else part._add_generated(text, value, delay_ms, job_group)
+            if id is None:
+                text = new_id()
+                return self._part_of(text.encode())._add_generated(text, value, delay_ms, job_group)
+            text = new_job_id(id)[0]
+            return self._part_of(text.encode("utf-8")).add(payload, id=text, delay_ms=delay_ms, group=group)
         if id is not None:
             text, jid = new_job_id(id)
             # A refused enqueue is raised by the script with nothing written; a resend after a lost
@@ -429,7 +431,9 @@ class Queue:
                 seen = merged.get(info.group)
                 merged[info.group] = info if seen is None else _merge_groups(seen, info)
         # name order, the ungrouped first: as one queue's ECHO.GROUPS lists them
-        return sorted(merged.values(), key=lambda g: (g.group is not None, (g.group or "").encode("utf-8", "surrogateescape")))
+        return sorted(
+            merged.values(), key=lambda g: (g.group is not None, (g.group or "").encode("utf-8", "surrogateescape"))
+        )
 
     def _group_pages(self, page_size: int, page=None) -> Iterator[GroupInfo]:
         """The groups, page after page from ``page`` (a first page read already) or the start."""
@@ -454,7 +458,10 @@ class Queue:
         if not self._sharded:
             return self._dead(offset, count)
         # Each shard's first offset + count deaths hold the merged order's first offset + count.
-        heads = [part._route.run(lambda c, k=part.keys: c.zrange(k.dead, 0, offset + count - 1, withscores=True)) for part in self._parts]
+        heads = [
+            part._route.run(lambda c, k=part.keys: c.zrange(k.dead, 0, offset + count - 1, withscores=True))
+            for part in self._parts
+        ]
         rows = heapq.merge(
             *[[(int(score), member, index) for member, score in head] for index, head in enumerate(heads)]
         )
