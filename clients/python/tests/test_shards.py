@@ -256,7 +256,6 @@ def test_set_limit_writes_the_split_entries_and_keeps_other_queues(client, qname
 # -- the worker -----------------------------------------------------------------------------
 
 
-@only_resp2
 def test_a_worker_on_three_shards_runs_every_job_once(client, qname):
     q = echomq.Queue(client, qname, shards=3)
     ids = q.add_many([b"x"] * 300) + q.add_many([b"y"] * 30, ids=["given-%d" % i for i in range(30)])
