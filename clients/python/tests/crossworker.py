@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """The crossworker program of the echomq client libraries (same CLI in Python, Node.js and Rust).
 
-  crossworker.py work --url URL --queue NAME [--cluster] [--done KEY] [--fail MSG] [--sleep-ms MS]
-                      [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
+  crossworker.py work --url URL --queue NAME [--cluster] [--shards N] [--done KEY] [--fail MSG]
+                      [--sleep-ms MS] [--concurrency N] [--lease-ms MS] [--max-attempts N] [--backoff POLICY]
                       [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
                       [--crash-on ID] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
                       [--hold-group-on ID] [--log-takes] [--log-starts KEY] [--jobs N]
                       [--deadline-secs S] [--ran KEY]
-  crossworker.py add --url URL --queue NAME [--cluster] --count N [--id-prefix P] [--delay-ms D]
-                     [--group G]
-  crossworker.py dead --url URL --queue NAME [--cluster]
-  crossworker.py requeue --url URL --queue NAME [--cluster] --id ID
-  crossworker.py purge --url URL --queue NAME [--cluster] [--older-than-ms MS]
-  crossworker.py repeat --url URL --queue NAME [--cluster] --id ID --spec SPEC --payload TEXT
-                        [--jitter-ms MS] [--tz ZONE] [--from-ms MS] [--until-ms MS]
-  crossworker.py repeats --url URL --queue NAME [--cluster]
-  crossworker.py unrepeat --url URL --queue NAME [--cluster] --id ID
+  crossworker.py add --url URL --queue NAME [--cluster] [--shards N] --count N [--id-prefix P]
+                     [--delay-ms D] [--group G]
+  crossworker.py dead --url URL --queue NAME [--cluster] [--shards N]
+  crossworker.py requeue --url URL --queue NAME [--cluster] [--shards N] --id ID
+  crossworker.py purge --url URL --queue NAME [--cluster] [--shards N] [--older-than-ms MS]
+  crossworker.py repeat --url URL --queue NAME [--cluster] [--shards N] --id ID --spec SPEC
+                        --payload TEXT [--jitter-ms MS] [--tz ZONE] [--from-ms MS] [--until-ms MS]
+  crossworker.py repeats --url URL --queue NAME [--cluster] [--shards N]
+  crossworker.py unrepeat --url URL --queue NAME [--cluster] [--shards N] --id ID
+
+--shards N (every command; default 1) opens the queue as N shards (docs/clients.md, Sharded queues):
+the adds go to each job's shard, a worker takes from every shard, and dead, requeue, purge, repeat,
+repeats and unrepeat see the whole queue; a queue grown from N shards is read with the larger N.
 
 With --cluster, --url is one seed node of a Valkey Cluster, or several separated by commas
 (``redis://127.0.0.1:7000,127.0.0.1:7001``; a seed without a scheme takes the first one's options).
@@ -161,7 +165,7 @@ def work(args) -> int:
     if args.jobs is not None and not args.done:
         raise SystemExit("crossworker: --jobs needs --done")
     client = connect(args)
-    queue = echomq.Queue(client, args.queue)
+    queue = echomq.Queue(client, args.queue, shards=args.shards)
     stats = Stats()
 
     def run(job: echomq.Job) -> None:
@@ -218,10 +222,10 @@ def work(args) -> int:
 
     def watch_jobs() -> None:
         """--jobs N: closes the worker once N jobs are done or dead (polled every 50 ms)."""
-        dead = "{%s}:dead" % args.queue
+        dead = ["{%s}:dead" % tag for tag in queue.shards]  # every shard's
         while not worker.closing:
             try:
-                if client.hlen(args.done) + client.zcard(dead) >= args.jobs:
+                if client.hlen(args.done) + sum(client.zcard(key) for key in dead) >= args.jobs:
                     worker.close()
                     return
             except Exception:  # noqa: BLE001 - a poll during a failover: ask again
@@ -248,7 +252,7 @@ def work(args) -> int:
 
 
 def add(args) -> int:
-    queue = echomq.Queue(connect(args), args.queue)
+    queue = echomq.Queue(connect(args), args.queue, shards=args.shards)
     payloads = ["payload-%d" % i for i in range(args.count)]
     ids = None
     if args.id_prefix is not None:
@@ -260,7 +264,7 @@ def add(args) -> int:
 
 
 def dead(args) -> int:
-    queue = echomq.Queue(connect(args), args.queue)
+    queue = echomq.Queue(connect(args), args.queue, shards=args.shards)
     offset = 0
     while True:
         records = queue.dead(offset, 500)
@@ -286,21 +290,21 @@ def dead(args) -> int:
 
 def requeue(args) -> int:
     """Prints true when the job was dead and is pending again, else false."""
-    queue = echomq.Queue(connect(args), args.queue)
+    queue = echomq.Queue(connect(args), args.queue, shards=args.shards)
     print("true" if queue.requeue(args.id) else "false", flush=True)
     return 0
 
 
 def purge(args) -> int:
     """Prints how many dead jobs were removed."""
-    queue = echomq.Queue(connect(args), args.queue)
+    queue = echomq.Queue(connect(args), args.queue, shards=args.shards)
     print(queue.purge_dead(args.older_than_ms), flush=True)
     return 0
 
 
 def repeat(args) -> int:
     """Prints the fire time of the armed occurrence."""
-    queue = echomq.Queue(connect(args), args.queue)
+    queue = echomq.Queue(connect(args), args.queue, shards=args.shards)
     fire = queue.repeat(
         args.id, args.spec, args.payload, jitter_ms=args.jitter_ms, tz=args.tz, from_ms=args.from_ms,
         until_ms=args.until_ms,
@@ -311,7 +315,7 @@ def repeat(args) -> int:
 
 def repeats(args) -> int:
     """Prints each definition as a JSON object a line."""
-    queue = echomq.Queue(connect(args), args.queue)
+    queue = echomq.Queue(connect(args), args.queue, shards=args.shards)
     for r in queue.repeats():
         print(json.dumps(r))
     sys.stdout.flush()
@@ -320,7 +324,7 @@ def repeats(args) -> int:
 
 def unrepeat(args) -> int:
     """Prints true when the definition existed, else false."""
-    queue = echomq.Queue(connect(args), args.queue)
+    queue = echomq.Queue(connect(args), args.queue, shards=args.shards)
     print("true" if queue.unrepeat(args.id) else "false", flush=True)
     return 0
 
@@ -333,6 +337,7 @@ def main(argv=None) -> int:
         p.add_argument("--url", required=True)
         p.add_argument("--queue", required=True)
         p.add_argument("--cluster", action="store_true")
+        p.add_argument("--shards", type=int, default=1)
 
     w = sub.add_parser("work")
     common(w)

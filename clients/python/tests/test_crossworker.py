@@ -159,3 +159,42 @@ def test_crossworker_exits_0_when_its_reader_is_gone(server, qname):
             proc.kill()
             proc.wait()
         client.close()
+
+
+def test_crossworker_shards_on_every_command(server, qname):
+    """--shards N: add puts each job on its shard, work runs every shard's jobs and --jobs counts
+    every shard's dead, dead/requeue/purge and the recurring commands see the whole queue."""
+    client = server.client()
+    q = echomq.Queue(client, qname, shards=3)
+    code, lines, err = crossworker(server, "add", "--queue", qname, "--shards", "3", "--count", "12", "--id-prefix", "job-")
+    assert code == 0, err
+    assert lines == ["job-%d" % i for i in range(12)]
+    for jid in lines:
+        assert client.hexists("{%s}:jobs" % q.shards[q.shard_of(jid)], jid)
+    assert len({q.shard_of(jid) for jid in lines}) == 3
+    done = "{%s}:done" % qname
+    code, lines, err = crossworker(
+        server, "work", "--queue", qname, "--shards", "3", "--done", done, "--jobs", "12",
+        "--fail-first", "1", "--max-attempts", "1", "--deadline-secs", "30",
+    )
+    assert code == 0, err
+    dead_ids = sorted("job-%d" % i for i in range(12) if i % 2 == 1)  # failed their first attempt
+    assert sorted(k.decode() for k in client.hkeys(done)) == sorted(set("job-%d" % i for i in range(12)) - set(dead_ids))
+    code, lines, err = crossworker(server, "dead", "--queue", qname, "--shards", "3")
+    assert code == 0, err
+    assert sorted(json.loads(line)["id"] for line in lines) == dead_ids
+    stray = next(j for j in dead_ids if q.shard_of(j) != 0)
+    code, lines, err = crossworker(server, "requeue", "--queue", qname, "--shards", "3", "--id", stray)
+    assert (code, lines) == (0, ["true"]), err
+    assert client.xlen("{%s}:pending" % q.shards[q.shard_of(stray)]) == 1
+    code, lines, err = crossworker(server, "purge", "--queue", qname, "--shards", "3")
+    assert (code, lines) == (0, [str(len(dead_ids) - 1)]), err
+    code, lines, err = crossworker(
+        server, "repeat", "--queue", qname, "--shards", "3", "--id", "sync", "--spec", "every:60000", "--payload", "p"
+    )
+    assert code == 0, err
+    assert client.exists("{%s}:schedule:echomq-repeats" % q.shards[q.shard_of("sync")])
+    code, lines, err = crossworker(server, "repeats", "--queue", qname, "--shards", "3")
+    assert [json.loads(line)["id"] for line in lines] == ["sync"], err
+    code, lines, err = crossworker(server, "unrepeat", "--queue", qname, "--shards", "3", "--id", "sync")
+    assert (code, lines) == (0, ["true"]), err

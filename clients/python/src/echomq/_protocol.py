@@ -53,6 +53,7 @@ MAX_GROUPS_COUNT: int = CONSTANTS["max_groups_count"]  # the most groups an ECHO
 MAX_REPEAT_ID_BYTES: int = CONSTANTS["max_repeat_id_bytes"]  # the longest id ECHO.REPEAT takes
 MIN_EVERY_MS: int = CONSTANTS["min_every_ms"]  # the shortest every:<ms> ECHO.REPEAT takes
 MAX_EVERY_MS: int = CONSTANTS["max_every_ms"]  # the longest every:<ms>, and the largest jitter
+MAX_SHARDS: int = CONSTANTS["max_shards"]  # the most sub-queues a sharded queue has
 MAX_ERROR_BYTES: int = CONSTANTS["max_error_bytes"]
 ADD_BATCH: int = CONSTANTS["add_batch"]  # jobs per transaction of add_many
 SUCCESS_BATCH: int = CONSTANTS["success_batch"]  # runs per success script call

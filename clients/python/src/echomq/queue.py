@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+import heapq
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._common import (
     Keys,
@@ -32,7 +33,8 @@ from ._protocol import (
     PURGE_DEAD,
     REQUEUE,
 )
-from ._route import Route, redirected
+from ._route import Route, is_cluster, redirected
+from ._shards import check_shards, release_limit_words, shard_of, shard_tags, split_burst, split_limit, split_rate
 from .worker import Worker
 
 
@@ -110,6 +112,31 @@ def _group(entry) -> GroupInfo:
     )
 
 
+def _plus(a, b):
+    """Two shards' figure summed; None (no limit) stays None only when both are None."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _merge_groups(a: GroupInfo, b: GroupInfo) -> GroupInfo:
+    """One group of two shards: its figures summed, the earliest wait of a waiting shard, the
+    latest hold."""
+    waits = [w for w in (a.waiting_until_ms, b.waiting_until_ms) if w]
+    return GroupInfo(
+        group=a.group,
+        members=a.members + b.members,
+        due=a.due + b.due,
+        limit_rate=_plus(a.limit_rate, b.limit_rate),
+        limit_burst=_plus(a.limit_burst, b.limit_burst),
+        available=_plus(a.available, b.available),
+        waiting_until_ms=min(waits) if waits else 0,
+        held_until_ms=max(a.held_until_ms, b.held_until_ms),
+    )
+
+
 def _repeat(entry) -> Dict[str, Any]:
     """One ECHO.REPEATS entry (a map in RESP3, a flat field/value list in RESP2) as ``repeats()``
     returns it."""
@@ -153,13 +180,22 @@ class Queue:
     client is. On a cluster every command of the queue goes to the primary that owns its slot (all
     its keys share the hash tag ``{name}``), transactions and scripts included; a call refused by
     a redirection or a failover is sent again for up to 30 s (see ``_route.py``).
+
+    ``shards`` (1..=1024) makes one logical queue of that many sub-queues, each under a hash tag
+    of its own (``shards``: ``name``, ``name#1``, ...), so a cluster spreads them over its
+    primaries (docs/clients.md, Sharded queues). A job goes to the shard its id hashes to; the
+    inspecting calls see the whole queue. One shard, the default, is the plain queue.
     """
 
-    def __init__(self, client, name: str) -> None:
+    def __init__(self, client, name: str, shards: int = 1) -> None:
         check_client(client)
+        shards = check_shards(shards)
         self.client = client
         self.name = name
         self.keys = Keys(name)
+        self._tags = tuple(shard_tags(name, shards))
+        #: the sub-queues, each a plain one-shard Queue under its own tag; [self] when unsharded
+        self._parts: List["Queue"] = [self] if shards == 1 else [Queue(client, tag) for tag in self._tags]
         self._route = Route(client, self.keys.pending)
         # Registered on the caller's client (for its encoder) but always called with the client
         # of the queue's node, or a pipeline of it: EVALSHA, and on NOSCRIPT the text, go there.
@@ -167,6 +203,23 @@ class Queue:
         self._requeue_script = client.register_script(REQUEUE)
         self._purge_script = client.register_script(PURGE_DEAD)
         self._stream_made = False
+
+    @property
+    def shards(self) -> Tuple[str, ...]:
+        """The shards' hash tags, shard 0 first (the queue's own name): shard i's keys are
+        ``{<tag>}:pending`` and the like."""
+        return self._tags
+
+    @property
+    def _sharded(self) -> bool:
+        return len(self._tags) > 1
+
+    def shard_of(self, id: str) -> int:
+        """The shard a job with this id goes to: ``KEYSLOT(id) mod shards``."""
+        return shard_of(id_bytes(id), len(self._tags))
+
+    def _part_of(self, jid: bytes) -> "Queue":
+        return self._parts[shard_of(jid, len(self._parts))]
 
     def _make_stream(self) -> None:
         """The stream and the workers' group, as a worker's start makes them, once per Queue before
@@ -201,13 +254,21 @@ class Queue:
         job_group = job_group_bytes(group)
         value = wrap_payload(to_bytes(payload), job_group)
         delay_ms = _delay(delay_ms)
+        if self._sharded:
+            if id is None:
+                text = new_id()
+                return self._part_of(text.encode())._add_generated(text, value, delay_ms, job_group)
+            text = new_job_id(id)[0]
+            return self._part_of(text.encode("utf-8")).add(payload, id=text, delay_ms=delay_ms, group=group)
         if id is not None:
             text, jid = new_job_id(id)
             # A refused enqueue is raised by the script with nothing written; a resend after a lost
             # reply finds the job and changes nothing, so it is sent again like any idempotent call.
             self._route.run(lambda c: self._queue_add(c, jid, value, delay_ms, True, job_group))
             return text
-        jid_s = new_id()
+        return self._add_generated(new_id(), value, delay_ms, job_group)
+
+    def _add_generated(self, jid_s: str, value: bytes, delay_ms: int, job_group: Optional[bytes]) -> str:
         self._execute_adds([(jid_s.encode(), value)], delay_ms, False, job_group)
         return jid_s
 
@@ -272,17 +333,38 @@ class Queue:
             out = [new_id() for _ in data]
             raw = [i.encode() for i in out]
             given = False
+        if not self._sharded:
+            self._add_batches(raw, data, delay_ms, given, job_group)
+            return out
+        # One transaction per shard and batch: a MULTI cannot span two slots of a cluster.
+        by_shard: Dict[int, List[int]] = {}
+        for i, jid in enumerate(raw):
+            by_shard.setdefault(shard_of(jid, len(self._parts)), []).append(i)
+        for index, members in sorted(by_shard.items()):
+            part = self._parts[index]
+            part._add_batches([raw[i] for i in members], [data[i] for i in members], delay_ms, given, job_group)
+        return out
+
+    def _add_batches(self, raw: List[bytes], data: List[bytes], delay_ms: int, given: bool, job_group) -> None:
         for start in range(0, len(data), ADD_BATCH):
             batch = list(zip(raw[start : start + ADD_BATCH], data[start : start + ADD_BATCH]))
             self._execute_adds(batch, delay_ms, given, job_group)
-        return out
 
     # -- inspecting --------------------------------------------------------------------------
 
-    def counts(self) -> Dict[str, int]:
+    def counts(self, per_shard: bool = False) -> Union[Dict[str, int], List[Dict[str, int]]]:
         """{scheduled, due, pending, in_flight, dead}; scheduled and due count the jobs of every
         group too (``groups()`` has them per group): one more call per 1,000 groups past the
-        first 1,000."""
+        first 1,000. A sharded queue's figures are its shards' summed; ``per_shard=True``: one
+        such dict per shard, shard 0 first."""
+        if self._sharded or per_shard:
+            each = [part._counts() for part in self._parts]
+            if per_shard:
+                return each
+            return {name: sum(c[name] for c in each) for name in each[0]}
+        return self._counts()
+
+    def _counts(self) -> Dict[str, int]:
         k = self.keys
 
         def read(client):
@@ -327,14 +409,31 @@ class Queue:
             "dead": int(dead),
         }
 
-    def groups(self, page_size: int = MAX_GROUPS_COUNT) -> List[GroupInfo]:
+    def groups(self, page_size: int = MAX_GROUPS_COUNT, per_shard: bool = False):
         """Every group that has jobs waiting in the schedule, in name order, the ungrouped jobs
         first (``group`` None): ECHO.GROUPS' pages of ``page_size`` (1..=1000) groups, one call
         each, from the first cursor to the end. A group that has jobs from the first page to the
-        last is listed exactly once; one added or emptied meanwhile at most once."""
+        last is listed exactly once; one added or emptied meanwhile at most once.
+
+        A sharded queue lists each group once, its shards' figures summed (``members``, ``due``,
+        the limits and ``available``: each shard has its part of a split limit), with the
+        earliest ``waiting_until_ms`` of a waiting shard and the latest ``held_until_ms``;
+        ``per_shard=True``: one list per shard, shard 0 first."""
         if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= MAX_GROUPS_COUNT:
             raise ValueError("page_size is an integer in 1..=%d, not %r" % (MAX_GROUPS_COUNT, page_size))
-        return list(self._group_pages(page_size))
+        if per_shard:
+            return [list(part._group_pages(page_size)) for part in self._parts]
+        if not self._sharded:
+            return list(self._group_pages(page_size))
+        merged: Dict[Optional[str], GroupInfo] = {}
+        for part in self._parts:
+            for info in part._group_pages(page_size):
+                seen = merged.get(info.group)
+                merged[info.group] = info if seen is None else _merge_groups(seen, info)
+        # name order, the ungrouped first: as one queue's ECHO.GROUPS lists them
+        return sorted(
+            merged.values(), key=lambda g: (g.group is not None, (g.group or "").encode("utf-8", "surrogateescape"))
+        )
 
     def _group_pages(self, page_size: int, page=None) -> Iterator[GroupInfo]:
         """The groups, page after page from ``page`` (a first page read already) or the start."""
@@ -352,23 +451,54 @@ class Queue:
             page = None
 
     def dead(self, offset: int = 0, count: int = 100) -> List[DeadJob]:
-        """Dead jobs, oldest death first."""
+        """Dead jobs, oldest death first (over every shard of a sharded queue: ``offset`` and
+        ``count`` count in that merged order)."""
         if count <= 0:
             return []
+        if not self._sharded:
+            return self._dead(offset, count)
+        # Each shard's first offset + count deaths hold the merged order's first offset + count.
+        heads = [
+            part._route.run(lambda c, k=part.keys: c.zrange(k.dead, 0, offset + count - 1, withscores=True))
+            for part in self._parts
+        ]
+        rows = heapq.merge(
+            *[[(int(score), member, index) for member, score in head] for index, head in enumerate(heads)]
+        )
+        chosen = list(rows)[offset : offset + count]
+        records: Dict[Tuple[int, bytes], DeadJob] = {}
+        for index in sorted({index for _, _, index in chosen}):
+            mine = [(member, score) for score, member, i in chosen if i == index]
+            for record, (member, _) in zip(self._parts[index]._dead_records(mine), mine):
+                records[(index, member)] = record
+        return [records[(index, member)] for _, member, index in chosen]
+
+    def _dead(self, offset: int, count: int) -> List[DeadJob]:
         k = self.keys
 
         def read(client):
             rows = client.zrange(k.dead, offset, offset + count - 1, withscores=True)
-            if not rows:
-                return [], []
-            pipe = client.pipeline(transaction=False)
-            for member, _ in rows:
-                pipe.hget(k.attempts, member)
-                pipe.hget(k.errors, member)
-                pipe.hget(k.jobs, member)
-            return rows, pipe.execute()
+            return rows, self._dead_values(client, rows)
 
-        rows, values = self._route.run(read)
+        return self._dead_list(*self._route.run(read))
+
+    def _dead_records(self, rows) -> List[DeadJob]:
+        """The records of ``rows`` ((id, time of death) read from this queue's dead set)."""
+        return self._dead_list(rows, self._route.run(lambda c: self._dead_values(c, rows)))
+
+    def _dead_values(self, client, rows) -> list:
+        if not rows:
+            return []
+        k = self.keys
+        pipe = client.pipeline(transaction=False)
+        for member, _ in rows:
+            pipe.hget(k.attempts, member)
+            pipe.hget(k.errors, member)
+            pipe.hget(k.jobs, member)
+        return pipe.execute()
+
+    @staticmethod
+    def _dead_list(rows, values) -> List[DeadJob]:
         out = []
         for i, (member, score) in enumerate(rows):
             attempts, error, value = values[3 * i : 3 * i + 3]
@@ -397,16 +527,21 @@ class Queue:
         nothing sent (ValueError, TypeError); the server's own refusal is raised as its error."""
         job_group = self._named(group)
         rate, burst = group_limit_words(rate, burst)
-        schedule = self.keys.schedule
-        self._route.run(lambda c: c.execute_command("ECHO.GROUPLIMIT", schedule, job_group, rate, burst))
+        if self._sharded:
+            # each shard releases on its own: its part of the limit (docs/clients.md, Sharded queues)
+            rate, burst = split_rate(rate, len(self._parts)), split_burst(burst, len(self._parts))
+        for part in self._parts:
+            schedule = part.keys.schedule
+            part._route.run(lambda c: c.execute_command("ECHO.GROUPLIMIT", schedule, job_group, rate, burst))
 
     def clear_group_limit(self, group: str) -> None:
         """Removes ``set_group_limit``'s limit of one group: the configured one applies again
         (none when ``echomq.group-limits`` does not list the queue). Nothing to remove is no
         error."""
         job_group = self._named(group)
-        schedule = self.keys.schedule
-        self._route.run(lambda c: c.execute_command("ECHO.GROUPLIMIT", schedule, job_group, "DEFAULT"))
+        for part in self._parts:
+            schedule = part.keys.schedule
+            part._route.run(lambda c: c.execute_command("ECHO.GROUPLIMIT", schedule, job_group, "DEFAULT"))
 
     @staticmethod
     def _named(group: str) -> bytes:
@@ -450,6 +585,8 @@ class Queue:
         TypeError); a cron field or a zone the server does not know is refused by the server
         (``valkey.exceptions.ResponseError``), with nothing written."""
         rid, spec_bytes, words = repeat_words(id, spec, jitter_ms, tz, from_ms, until_ms)
+        if self._sharded:
+            return self._part_of(rid).repeat(id, spec, payload, jitter_ms, tz, from_ms, until_ms)
         value = wrap_payload(to_bytes(payload), None)
         if not self._stream_made:
             # The release that moves an occurrence into a missing pending would make it a list.
@@ -467,8 +604,18 @@ class Queue:
         """Removes the recurring job ``id`` and its armed occurrence (ECHO.UNREPEAT); False when
         there was none. An occurrence already released runs to its end, as any job."""
         jid = id_bytes(id)
+        if self._sharded:
+            return self._in_any_shard(jid, lambda part: part.unrepeat(id))
         schedule = self.keys.schedule
         return bool(self._route.run(lambda c: c.execute_command("ECHO.UNREPEAT", schedule, jid)))
+
+    def _in_any_shard(self, jid: bytes, call) -> bool:
+        """``call`` on the id's shard, then on the others until one says True: after a growth
+        from N to M shards a job added under N may sit in a shard the M layout does not name."""
+        own = shard_of(jid, len(self._parts))
+        if call(self._parts[own]):
+            return True
+        return any(call(part) for i, part in enumerate(self._parts) if i != own)
 
     def repeats(self) -> List[Dict[str, Any]]:
         """The queue's recurring jobs by id (ECHO.REPEATS), each a dict: ``id``, ``spec`` (as
@@ -476,6 +623,9 @@ class Queue:
         when not given), ``next_ms`` (the nominal time of the armed occurrence) and
         ``fire_at_ms`` (its fire time, None when its job was removed by hand: ``repeat`` with
         the same definition arms it again)."""
+        if self._sharded:
+            merged = [r for part in self._parts for r in part.repeats()]
+            return sorted(merged, key=lambda r: (r["id"] or "").encode("utf-8", "surrogateescape"))
         schedule = self.keys.schedule
         entries = self._route.run(lambda c: c.execute_command("ECHO.REPEATS", schedule))
         return [_repeat(entry) for entry in entries or []]
@@ -488,6 +638,8 @@ class Queue:
         error is raised and the job stays dead with its attempts and error."""
         k = self.keys
         jid = id_bytes(id)
+        if self._sharded:
+            return self._in_any_shard(jid, lambda part: part.requeue(id))
         # Sent again after a lost reply: a first try that ran left the job pending, not dead, so
         # the resend changes nothing (and says False).
         return bool(
@@ -506,6 +658,8 @@ class Queue:
         deletes what the remove already deleted."""
         k = self.keys
         jid = id_bytes(id)
+        if self._sharded:
+            return self._in_any_shard(jid, lambda part: part.remove(id))
 
         def remove(client):
             pipe = client.pipeline(transaction=True)
@@ -523,11 +677,49 @@ class Queue:
         """Removes the dead jobs that died at least ``older_than_ms`` ago (server clock)."""
         k = self.keys
         cutoff = int(older_than_ms)
+        if self._sharded:
+            return sum(part.purge_dead(cutoff) for part in self._parts)
         return int(
             self._route.run(
                 lambda c: self._purge_script(keys=[k.dead, k.jobs, k.attempts, k.errors], args=[cutoff], client=c)
             )
         )
+
+    # -- release limit -----------------------------------------------------------------------
+
+    def set_limit(self, rate: str, burst: int) -> None:
+        """Limits the queue's release to ``rate`` (``"500/s"``, ``"300/m"``, ``"2/h"``, or
+        ``"adaptive:<rate>"``; n in 1..=1000000) with bursts of ``burst`` (1..=1000000): its
+        entries in the server's ``echomq.release-limits`` (CONFIG SET; the other queues' entries
+        kept), on every node the client reaches (a cluster's primaries and replicas, so a
+        failover keeps the limit). A sharded queue's shards get ``rate / N`` and
+        ``ceil(burst / N)`` each (``split_limit``). A rate or burst the server would refuse is
+        refused here, with nothing sent (ValueError, TypeError)."""
+        rate, burst = release_limit_words(rate, burst)
+        rate, burst = split_limit(rate, burst, len(self._parts))
+        mine = [(part.keys.schedule, rate.encode(), str(burst).encode()) for part in self._parts]
+        self._write_release_limits(mine)
+
+    def clear_limit(self) -> None:
+        """Removes the queue's entries (every shard's) from ``echomq.release-limits`` on every
+        node; the other queues' entries are kept. Nothing to remove is no error."""
+        self._write_release_limits([])
+
+    def _write_release_limits(self, mine: List[Tuple[bytes, bytes, bytes]]) -> None:
+        schedules = {part.keys.schedule for part in self._parts}
+        if is_cluster(self.client):
+            nodes = [self.client.get_valkey_connection(node) for node in self.client.get_nodes()]
+        else:
+            nodes = [self.client]
+        for node in nodes:
+            # "CONFIG", "GET" as two words: valkey-py's CONFIG GET parser decodes the value, which
+            # would mangle another queue's name that is not UTF-8 when it is written back
+            reply = node.execute_command("CONFIG", "GET", "echomq.release-limits")
+            pairs = list(reply.items()) if isinstance(reply, dict) else list(zip(reply[::2], reply[1::2]))
+            text = next((value for _, value in pairs), b"") or b""
+            words = (text.encode() if isinstance(text, str) else bytes(text)).split()
+            kept = [tuple(words[i : i + 3]) for i in range(0, len(words) - 2, 3) if words[i] not in schedules]
+            node.config_set("echomq.release-limits", b" ".join(w for entry in kept + mine for w in entry))
 
     def worker(self, handler, **options):
         """Shorthand for ``Worker(self, handler, **options)``."""

@@ -173,12 +173,34 @@ def _held_until(limits) -> int:
     return int(value or 0)
 
 
+class _Shard:
+    """One sub-queue a worker takes from (the queue itself when unsharded): its keys, where its
+    commands go, its blocking reads' client, its takeover cursor, whether the worker promotes it."""
+
+    __slots__ = ("index", "keys", "route", "reader", "reader_node", "claim_cursor", "self_promote", "next_takeover")
+
+    def __init__(self, index: int, part) -> None:
+        self.index = index
+        self.keys = part.keys
+        self.route = part._route
+        self.reader = None  # the blocking reads' client, once made
+        self.reader_node: Optional[str] = None  # on a cluster, the node the reader is connected to
+        self.claim_cursor = b"0-0"  # XAUTOCLAIM's cursor, kept between takeovers
+        self.self_promote = True
+        self.next_takeover = 0.0
+
+
 class Worker:
     """Runs ``handler(job)`` for the jobs of ``queue``, ``concurrency`` at a time.
 
     ``run()`` blocks until ``close()`` is called (from a handler, another thread, or SIGTERM when
     ``run()`` is on the main thread). A handler that returns succeeds; one that raises fails the
     job, which the server retries under ``backoff`` until ``max_attempts`` failures make it dead.
+
+    On a sharded queue (``Queue(..., shards=N)``) the worker takes from every shard, fairly, and
+    while idle blocks on all of them at once (a thread and a connection per shard), so it may hold
+    up to N runs beyond ``concurrency``, leased, waiting for a handler thread; each outcome is
+    written on its run's shard, and a ``RetryAfter`` holds every shard.
     """
 
     def __init__(
@@ -224,19 +246,25 @@ class Worker:
         self._closing = threading.Event()
         self._sigterm = False  # set by the signal handler: no locks there
         self._started = False
-        self._self_promote = True
         self._lock = threading.Condition()  # guards _running and _leased
         self._running = 0
-        self._leased: Dict[bytes, bytes] = {}  # entry id -> job id, for lease renewal
+        # (shard, entry id) -> job id, for lease renewal: two shards' streams may have the same ids
+        self._leased: Dict[Tuple[int, bytes], bytes] = {}
         self._ack_cv = threading.Condition()  # guards _acks, _stopped, _ack_stop
-        self._acks: List[Tuple[bytes, Optional[bytes]]] = []  # (entry, job id or None: drop only)
+        # (shard, entry, job id or None: drop only)
+        self._acks: List[Tuple[int, bytes, Optional[bytes]]] = []
         self._stopped = False
         self._ack_stop = False
         self._lease_stop = threading.Event()
         self._deadline: Optional[float] = None  # monotonic time after which unsent outcomes are dropped
-        self._claim_cursor = b"0-0"  # XAUTOCLAIM's cursor, kept between takeovers
-        self._reader = None  # the blocking reads' client, once run() made it
-        self._reader_node: Optional[str] = None  # on a cluster, the node the reader is connected to
+        self._shards = [_Shard(i, part) for i, part in enumerate(queue._parts)]
+        self._sharded = len(self._shards) > 1
+        # A sharded worker's wait on every shard at once: the loop sets _idle when a round of reads
+        # found nothing, each shard's waiting thread then blocks on its shard, and the first to
+        # take an entry clears _idle and sets _woke.
+        self._idle = threading.Event()
+        self._woke = threading.Event()
+        self._waiters_stop = threading.Event()
         self._fail_script = self.client.register_script(FAIL)
         self._success_script = self.client.register_script(SUCCEED)
         self._hand_back_script = self.client.register_script(HAND_BACK)
@@ -247,11 +275,17 @@ class Worker:
         """Asks ``run()`` to stop: nothing new is taken, running handlers get up to
         ``shutdown_timeout_ms`` to finish. Safe from any thread, a handler included."""
         self._closing.set()
+        self._woke.set()
         if self._lock.acquire(blocking=False):
             try:
                 self._lock.notify_all()
             finally:
                 self._lock.release()
+
+    @property
+    def _self_promote(self) -> bool:
+        """Whether the worker promotes (the first shard's, for a sharded queue)."""
+        return self._shards[0].self_promote
 
     @property
     def closing(self) -> bool:
@@ -287,14 +321,15 @@ class Worker:
                 return
             self._closing.wait(min(left, 0.1))
 
-    def _make_reader(self, block_ms: int):
+    def _make_reader(self, shard: _Shard, block_ms: int):
         """A client of its own for the blocking reads (a read must not hold up the connections
         the acknowledgements use), whose socket timeout outlasts the block. On a cluster, a client
         of the node that owns the queue's slot, with the cluster's connection options (its parser,
         which names MOVED and the like); ``_current_reader`` makes a new one when the slot moves."""
-        if self._route.cluster:
-            node = self._route.node()
-            kwargs = self._route.connection_kwargs()
+        route = shard.route
+        if route.cluster:
+            node = route.node()
+            kwargs = route.connection_kwargs()
             timeout = kwargs.get("socket_timeout")
             # Also without a timeout of the caller's: a node that stops answering (paused,
             # partitioned) while its replica takes the slot over would hold the read forever. A
@@ -302,7 +337,7 @@ class Worker:
             if timeout is None or timeout < block_ms / 1000 + 5:
                 kwargs["socket_timeout"] = block_ms / 1000 + 5
             reader = self.client.nodes_manager.create_valkey_node(node.host, node.port, **kwargs)
-            self._reader_node = node.name
+            shard.reader_node = node.name
             return reader
         pool = self.client.connection_pool
         kwargs = dict(pool.connection_kwargs)
@@ -312,17 +347,17 @@ class Worker:
         reader_pool = valkey.ConnectionPool(connection_class=pool.connection_class, max_connections=2, **kwargs)
         return valkey.Valkey(connection_pool=reader_pool)
 
-    def _current_reader(self):
-        """The reader, made again on a cluster when the slot map in hand names another owner of the
-        queue's slot than the one it reads from (after a failover or a slot migration)."""
-        if self._reader is not None and self._route.cluster and self._route.node().name != self._reader_node:
-            self._close_reader()
-        if self._reader is None:
-            self._reader = self._make_reader(self.block_ms)
-        return self._reader
+    def _current_reader(self, shard: _Shard):
+        """The shard's reader, made again on a cluster when the slot map in hand names another
+        owner of its slot than the one it reads from (after a failover or a slot migration)."""
+        if shard.reader is not None and shard.route.cluster and shard.route.node().name != shard.reader_node:
+            self._close_reader(shard)
+        if shard.reader is None:
+            shard.reader = self._make_reader(shard, self.block_ms)
+        return shard.reader
 
-    def _close_reader(self) -> None:
-        reader, self._reader = self._reader, None
+    def _close_reader(self, shard: _Shard) -> None:
+        reader, shard.reader = shard.reader, None
         if reader is not None:
             try:
                 reader.close()
@@ -331,9 +366,10 @@ class Worker:
                 log.warning("echomq: cannot close the reader's connections (%s)", exc)
 
     def _setup(self) -> None:
-        k = self.keys
+        for shard in self._shards[1:]:
+            make_stream(shard.route.target(), shard.keys.pending)
         node = self._route.target()
-        make_stream(node, k.pending)
+        make_stream(node, self.keys.pending)
         # An invalid policy would make every failure's MULTI lose its job: ECHO.DELAY
         # validates it as ECHO.RETRY does, and writes and counts nothing. On a cluster it is
         # keyless: the queue's node answers it, as it answers ECHO.QUEUES below.
@@ -341,12 +377,17 @@ class Worker:
         self._check_queues()
 
     def _check_queues(self) -> None:
-        k = self.keys
         # Each node of a cluster has its own echomq.auto-promote: the one that owns the slot is
-        # the one whose timer would promote the queue.
-        pairs = self._route.target().execute_command("ECHO.QUEUES") or []
-        listed = any(len(p) == 2 and bytes(p[0]) == k.schedule and bytes(p[1]) == k.pending for p in pairs)
-        self._self_promote = not listed
+        # the one whose timer would promote the queue. One ECHO.QUEUES per node.
+        asked: Dict[int, list] = {}
+        for shard in self._shards:
+            k = shard.keys
+            node = shard.route.target()
+            pairs = asked.get(id(node))
+            if pairs is None:
+                pairs = asked[id(node)] = node.execute_command("ECHO.QUEUES") or []
+            listed = any(len(p) == 2 and bytes(p[0]) == k.schedule and bytes(p[1]) == k.pending for p in pairs)
+            shard.self_promote = not listed
 
     def _run(self) -> None:
         while True:
@@ -364,15 +405,18 @@ class Worker:
                 if self.closing:
                     return
         self.ready.set()
-        if not self._route.cluster:
-            self._reader = self._make_reader(self.block_ms)
+        if not self._route.cluster and not self._sharded:
+            self._current_reader(self._shards[0])
         pool = _Pool(self.concurrency, "echomq-handler")
         acker = threading.Thread(target=self._ack_loop, name="echomq-ack", daemon=True)
         leaser = threading.Thread(target=self._lease_loop, name="echomq-lease", daemon=True)
         acker.start()
         leaser.start()
         try:
-            self._loop(pool)
+            if self._sharded:
+                self._loop_sharded(pool)
+            else:
+                self._loop(pool)
         finally:
             deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
             self._deadline = deadline
@@ -393,22 +437,25 @@ class Worker:
             self._lease_stop.set()
             leaser.join(timeout=5)
             pool.shutdown()
-            self._close_reader()
+            for shard in self._shards:
+                self._close_reader(shard)
 
     def _reconnect(self) -> None:
         """Closes the idle connections of the client's pool and of the reader's (those in use
         are closed when they meet the same refusal): the next command opens a new one. On a
         cluster, those of the queue's node, and the slot map is asked for again."""
-        pools = []
-        try:
-            pools.append(self._route.target().connection_pool)
-        except Exception as exc:  # noqa: BLE001 - no owner in the map: the refresh below finds one
-            log.warning("echomq: %s", exc)
-        reader = self._reader
-        if reader is not None:
-            pools.append(reader.connection_pool)
-        self._route.refresh()
-        for pool in pools:
+        pools = {}
+        for shard in self._shards:
+            try:
+                target = shard.route.target().connection_pool
+                pools[id(target)] = target
+            except Exception as exc:  # noqa: BLE001 - no owner in the map: the refresh below finds one
+                log.warning("echomq: %s", exc)
+            reader = shard.reader
+            if reader is not None:
+                pools[id(reader.connection_pool)] = reader.connection_pool
+        self._route.refresh()  # the shards' routes share the cluster client's slot map
+        for pool in pools.values():
             try:
                 pool.disconnect(inuse_connections=False)
             except Exception as exc:  # noqa: BLE001
@@ -442,15 +489,109 @@ class Worker:
                     if free <= 0:
                         self._lock.wait(0.1)
                         continue
-                reader = self._current_reader()
+                shard = self._shards[0]
+                reader = self._current_reader(shard)
                 if now >= next_takeover:
                     next_takeover = now + takeover_every
-                    self._takeover(reader, pool, free)
+                    self._takeover(shard, reader, pool, free)
                     continue
-                self._take(reader, pool, free)
+                self._take(shard, reader, pool, free)
             except Exception as exc:  # noqa: BLE001 - sorted below; anything else ends run()
                 if not self._recover(exc):
                     raise
+
+    def _loop_sharded(self, pool: _Pool) -> None:
+        """The loop over N shards. Each round reads the shards without blocking, starting one shard
+        further than the round before and stopping when the free slots are filled, so a deep shard
+        cannot keep another shard's job waiting more than N rounds. A round that found nothing
+        waits on every shard at once: one thread per shard blocks on its shard (``_wait_on``)
+        while the loop sleeps until one of them took something. Each of those reads takes one
+        entry at most, so the worker holds at most N runs beyond its concurrency (they wait for a
+        handler thread, leased, and are handed back if the worker closes first)."""
+        waiters = [
+            threading.Thread(target=self._wait_on, args=(shard, pool), name="echomq-wait-%d" % shard.index, daemon=True)
+            for shard in self._shards
+        ]
+        for thread in waiters:
+            thread.start()
+        next_queues = time.monotonic() + 10
+        takeover_every = self.lease_ms / 2000
+        first = 0
+        try:
+            while not self.closing:
+                try:
+                    now = time.monotonic()
+                    if now >= next_queues:
+                        next_queues = now + 10
+                        self._check_queues()
+                    with self._lock:
+                        free = self.concurrency - self._running
+                        if free <= 0:
+                            self._lock.wait(0.1)
+                            continue
+                    due = [shard for shard in self._shards if now >= shard.next_takeover]
+                    if due:
+                        for shard in due:
+                            free = self._free()
+                            if free <= 0:
+                                break
+                            shard.next_takeover = now + takeover_every
+                            self._takeover(shard, shard.route.target(), pool, free)
+                        continue
+                    got = 0
+                    for j in range(len(self._shards)):
+                        if free - got <= 0:
+                            break
+                        shard = self._shards[(first + j) % len(self._shards)]
+                        got += self._take(shard, shard.route.target(), pool, free - got, block_ms=None)
+                    first = (first + 1) % len(self._shards)
+                    if not got:
+                        wake = min([next_queues] + [shard.next_takeover for shard in self._shards])
+                        self._wait_all(wake - time.monotonic())
+                except Exception as exc:  # noqa: BLE001 - sorted below; anything else ends run()
+                    if not self._recover(exc):
+                        raise
+        finally:
+            self._idle.clear()
+            self._waiters_stop.set()
+            for thread in waiters:
+                thread.join(self.block_ms / 1000 + 10)
+
+    def _wait_all(self, seconds: float) -> None:
+        """Lets every shard's waiting thread block on its shard, until one took an entry, the
+        worker closes, or ``seconds`` pass (the next takeover or ECHO.QUEUES is due)."""
+        end = time.monotonic() + max(seconds, 0.0)
+        self._woke.clear()
+        self._idle.set()
+        try:
+            while not self.closing:
+                left = end - time.monotonic()
+                if left <= 0 or self._woke.wait(min(left, 0.1)):
+                    return
+        finally:
+            self._idle.clear()
+
+    def _wait_on(self, shard: _Shard, pool: _Pool) -> None:
+        """One shard's blocking reads, while the loop waits (``_wait_all``): one entry a read, so
+        a job added to any shard starts as fast as on one queue, and no read holds another up."""
+        while not (self._waiters_stop.is_set() or self.closing):
+            if not self._idle.wait(0.1):
+                continue
+            if self._free() <= 0:
+                self._sleep(0.01)
+                continue
+            try:
+                got = self._take(shard, self._current_reader(shard), pool, 1)
+            except Exception as exc:  # noqa: BLE001 - sorted below
+                if self.closing:
+                    return
+                if not self._recover(exc):
+                    log.exception("echomq: cannot read shard %s", shard.keys.pending)
+                    self._sleep(1.0)
+                continue
+            if got:
+                self._idle.clear()
+                self._woke.set()
 
     def _recover(self, exc: BaseException) -> bool:
         """What the loop does after a failed read or takeover; False for an error it does not
@@ -487,36 +628,42 @@ class Worker:
             return False
         return True
 
-    def _take(self, reader, pool: _Pool, free: int) -> None:
-        k = self.keys
-        block = min(100 if self._self_promote else self.block_ms, max(1, self.lease_ms // 2))
+    _BLOCK = object()  # _take's default: block as long as the worker's reads do
+
+    def _take(self, shard: _Shard, reader, pool: _Pool, free: int, block_ms=_BLOCK) -> int:
+        """One read of the shard (``block_ms`` None: without blocking); returns how many entries
+        it took."""
+        k = shard.keys
+        promote = shard.self_promote  # once: ECHO.QUEUES may change it from another thread meanwhile
+        if block_ms is Worker._BLOCK:
+            block_ms = min(100 if promote else self.block_ms, max(1, self.lease_ms // 2))
         pipe = reader.pipeline(transaction=False)
-        if self._self_promote:
+        if promote:
             pipe.execute_command("ECHO.PROMOTE", k.schedule, k.pending, "LIMIT", PROMOTE_LIMIT)
-        pipe.xreadgroup(GROUP, self.consumer, {k.pending: ">"}, count=free, block=block)
+        pipe.xreadgroup(GROUP, self.consumer, {k.pending: ">"}, count=free, block=block_ms)
         pipe.execute_command("ECHO.LIMITS", k.schedule)
         pipe.time()
         # Not raising on the first error: a refused PROMOTE must not throw away the entries the
         # XREADGROUP beside it delivered (they would wait for a takeover).
         replies = pipe.execute(raise_on_error=False)
-        if self._self_promote and isinstance(replies[0], Exception):
+        if promote and isinstance(replies[0], Exception):
             log.warning("echomq: ECHO.PROMOTE failed (%s)", describe(replies[0]))
         if isinstance(replies[-3], Exception):
             raise replies[-3]
         entries = _read_entries(replies[-3])
         if not entries:
-            return
+            return 0
         if self.closing:
-            self._hand_back(entries)
-            return
+            self._hand_back(shard, entries)
+            return len(entries)
         limits, now = replies[-2], replies[-1]
         if isinstance(limits, Exception) or isinstance(now, Exception):
             log.warning("echomq: ECHO.LIMITS or TIME failed (%s); the entries are not held", limits)
             held_until, now_ms = 0, 0
         else:
             held_until, now_ms = _held_until(limits), server_ms(now)
-        if not self._wait_hold(reader, entries, held_until, now_ms):
-            return
+        if not self._wait_hold(shard, reader, entries, held_until, now_ms):
+            return len(entries)
         fetch = reader.pipeline(transaction=False)
         for _, jid in entries:
             if jid is not None:
@@ -529,24 +676,25 @@ class Worker:
                 rows.append((eid, None, None, None))
             else:
                 rows.append((eid, jid, next(values), next(values)))
-        self._launch(pool, rows)
+        self._launch(shard, pool, rows)
+        return len(entries)
 
-    def _wait_hold(self, reader, entries, held_until: int, now_ms: int) -> bool:
+    def _wait_hold(self, shard: _Shard, reader, entries, held_until: int, now_ms: int) -> bool:
         """Keeps entries taken while the queue is held, and returns True once the hold has ended
         (by the server's clock), False when the worker closes first (they are handed back)."""
         if held_until <= now_ms:
             return True
         with self._lock:
             for eid, jid in entries:
-                self._leased[eid] = jid or b""
+                self._leased[(shard.index, eid)] = jid or b""
         try:
             while held_until > now_ms:
                 self._sleep(min((held_until - now_ms) / 1000, HOLD_RECHECK_S))
                 if self.closing:
-                    self._hand_back(entries)
+                    self._hand_back(shard, entries)
                     return False
                 pipe = reader.pipeline(transaction=False)
-                pipe.execute_command("ECHO.LIMITS", self.keys.schedule)
+                pipe.execute_command("ECHO.LIMITS", shard.keys.schedule)
                 pipe.time()
                 limits, now = pipe.execute()
                 held_until, now_ms = _held_until(limits), server_ms(now)
@@ -554,16 +702,16 @@ class Worker:
         finally:
             with self._lock:
                 for eid, _ in entries:
-                    self._leased.pop(eid, None)
+                    self._leased.pop((shard.index, eid), None)
 
-    def _hand_back(self, entries) -> None:
+    def _hand_back(self, shard: _Shard, entries) -> None:
         """Entries taken but not started when the worker closes: back to pending at once (the
         hand-back script, one call per entry, pipelined), so another worker gets them without
         waiting for the lease. An entry whose hand-back fails stays in the group and is taken over
         after the lease; an entry without a job field is only dropped."""
-        k = self.keys
+        k = shard.keys
         try:
-            pipe = self._route.target().pipeline(transaction=False)
+            pipe = shard.route.target().pipeline(transaction=False)
             for eid, jid in entries:
                 if jid is None:
                     pipe.xack(k.pending, GROUP, eid)
@@ -580,31 +728,31 @@ class Worker:
                 len(errors), len(entries), errors[0],
             )
 
-    def _launch(self, pool: _Pool, rows) -> None:
+    def _launch(self, shard: _Shard, pool: _Pool, rows) -> None:
         if self.closing:
-            self._hand_back([(eid, jid) for eid, jid, _, _ in rows])
+            self._hand_back(shard, [(eid, jid) for eid, jid, _, _ in rows])
             return
         for eid, jid, payload, attempts in rows:
             if jid is None or payload is None:
                 # The job was removed: acknowledge the entry, run nothing.
                 with self._ack_cv:
-                    self._acks.append((eid, None))
+                    self._acks.append((shard.index, eid, None))
                     self._ack_cv.notify()
                 continue
             attempt = int(attempts or 0) + 1
             payload, job_group = unwrap_payload(payload)
             with self._lock:
                 self._running += 1
-                self._leased[eid] = jid
-            pool.submit(self._execute, eid, jid, payload, attempt, job_group)
+                self._leased[(shard.index, eid)] = jid
+            pool.submit(self._execute, shard, eid, jid, payload, attempt, job_group)
 
-    def _takeover(self, reader, pool: _Pool, free: int) -> None:
-        k = self.keys
-        node = self._route.target()  # the XPENDING and the reads below go to the same node
-        reply = node.xautoclaim(k.pending, GROUP, self.consumer, self.lease_ms, self._claim_cursor, count=free)
+    def _takeover(self, shard: _Shard, reader, pool: _Pool, free: int) -> None:
+        k = shard.keys
+        node = shard.route.target()  # the XPENDING and the reads below go to the same node
+        reply = node.xautoclaim(k.pending, GROUP, self.consumer, self.lease_ms, shard.claim_cursor, count=free)
         # One call looks at no more than 10 x COUNT entries: go on from where it stopped (it
         # replies 0-0 at the end), or an old entry behind many live ones is never reached.
-        self._claim_cursor = reply[0] or b"0-0"
+        shard.claim_cursor = reply[0] or b"0-0"
         claimed = [(eid, _fields_job(fields)) for eid, fields in (reply[1] or []) if eid is not None]
         if not claimed:
             return
@@ -624,19 +772,32 @@ class Worker:
                 attempt = int(attempts or 0) + 1
                 message = "delivered %d times without an outcome" % deliveries
                 job_group = unwrap_payload(payload)[1]
-                self._fail(eid, jid, attempt, RuntimeError(message), job_group, resend=False)
+                self._fail(shard, eid, jid, attempt, RuntimeError(message), job_group, resend=False)
                 continue
             rows.append((eid, jid, payload, attempts))
         if not rows:
             return
         entries = [(eid, jid) for eid, jid, _, _ in rows]
         if self.closing:
-            self._hand_back(entries)
+            self._hand_back(shard, entries)
             return
-        if self._wait_hold(reader, entries, _held_until(values[-2]), server_ms(values[-1])):
-            self._launch(pool, rows)
+        if self._wait_hold(shard, reader, entries, _held_until(values[-2]), server_ms(values[-1])):
+            self._launch(shard, pool, rows)
 
-    def _execute(self, eid: bytes, jid: bytes, payload: bytes, attempt: int, job_group: Optional[bytes]) -> None:
+    def _execute(
+        self, shard: _Shard, eid: bytes, jid: bytes, payload: bytes, attempt: int, job_group: Optional[bytes]
+    ) -> None:
+        if self._sharded and self.closing:
+            # Taken by a wait on every shard beyond the concurrency, and not started before the
+            # close: back to the queue, as any entry taken and not started.
+            try:
+                self._hand_back(shard, [(eid, jid)])
+            finally:
+                with self._lock:
+                    self._running -= 1
+                    self._leased.pop((shard.index, eid), None)
+                    self._lock.notify_all()
+            return
         outcome: Optional[BaseException] = None
         group = to_str(job_group) if job_group is not None else None
         try:
@@ -649,18 +810,18 @@ class Worker:
                 # The entry stays in the lease set (renewed) until the ack loop confirms it.
                 with self._ack_cv:
                     if not self._stopped:
-                        self._acks.append((eid, jid))
+                        self._acks.append((shard.index, eid, jid))
                         self._ack_cv.notify()
                         keep_lease = True
             elif not self._stopped:
-                self._fail(eid, jid, attempt, outcome, job_group)
+                self._fail(shard, eid, jid, attempt, outcome, job_group)
         except Exception:  # noqa: BLE001
             log.exception("echomq: cannot write the outcome of job %r; another worker will run it", jid)
         finally:
             with self._lock:
                 self._running -= 1
                 if not keep_lease:
-                    self._leased.pop(eid, None)
+                    self._leased.pop((shard.index, eid), None)
                 self._lock.notify_all()
 
     def _give_up(self) -> bool:
@@ -671,6 +832,7 @@ class Worker:
 
     def _fail(
         self,
+        shard: _Shard,
         eid: bytes,
         jid: bytes,
         attempt: int,
@@ -681,8 +843,10 @@ class Worker:
         """Writes a failure with the script of step 4 (EVALSHA, loaded again on NOSCRIPT). The
         caller keeps the entry leased meanwhile; on a connection error the script is sent again
         (short backoff) until it is confirmed or the worker gives up (``resend`` False: once).
-        A grouped job (``job_group``, from its payload's envelope) is retried into its group."""
-        k = self.keys
+        A grouped job (``job_group``, from its payload's envelope) is retried into its group.
+        On a sharded queue the script writes the failure and the hold on the run's own shard; a
+        hold then follows on every other shard."""
+        k = shard.keys
         hold_ms = min(exc.ms, MAX_HOLD_MS) if isinstance(exc, RetryAfter) else 0  # 0: no hold
         hold_group = getattr(exc, "_group", None) if hold_ms else None
         args = [jid, eid, self.backoff, attempt, self.max_attempts, error_text(exc), hold_ms]
@@ -696,7 +860,7 @@ class Worker:
                 reply = self._fail_script(
                     keys=[k.schedule, k.pending, k.dead, k.attempts, k.errors, k.jobs],
                     args=args,
-                    client=self._route.target(),
+                    client=shard.route.target(),
                 )
                 break
             except Exception as err:  # noqa: BLE001
@@ -708,19 +872,38 @@ class Worker:
             pause = min(pause * 2, 1.0)
         # {fired, held}: -3 (a resend, or settled elsewhere) and -4 (removed) wrote nothing more.
         held = reply[1] if isinstance(reply, (list, tuple)) and len(reply) > 1 else 0
+        what = "the queue" if hold_group is None else "group %r" % to_str(hold_group)
         if isinstance(held, (bytes, str)):
-            what = "the queue" if hold_group is None else "group %r" % to_str(hold_group)
             log.warning(
                 "echomq: job %r failed and was written, but %s could not be held for %d ms (%s)",
                 to_str(jid), what, hold_ms, to_str(held),
             )
+        fired = reply[0] if isinstance(reply, (list, tuple)) and reply else None
+        if hold_ms and self._sharded and fired not in (-3, -4):
+            self._hold_others(shard, hold_ms, hold_group, what)
+
+    def _hold_others(self, shard: _Shard, hold_ms: int, hold_group: Optional[bytes], what: str) -> None:
+        """The hold of a RetryAfter on every shard but the failed run's (whose script took it):
+        the dependency that said "later" is the whole queue's. A refused hold is logged, never
+        raised into the job, whose failure is written."""
+        words = [] if hold_group is None else [b"GROUP", hold_group]
+        for other in self._shards:
+            if other is shard:
+                continue
+            try:
+                other.route.target().execute_command("ECHO.HOLD", other.keys.schedule, hold_ms, *words)
+            except Exception as exc:  # noqa: BLE001 - logged: the failure itself is written
+                log.warning(
+                    "echomq: %s could not be held for %d ms on shard %s (%s)",
+                    what, hold_ms, to_str(other.keys.schedule), describe(exc),
+                )
 
     def _ack_loop(self) -> None:
         """Sends the successes, batched: those finished while a batch is on the wire go in the
         next. A batch refused by a connection error is sent again (with what joined it meanwhile)
         until it is confirmed, or the worker is closed and its shutdown timeout has passed; its
         entries stay leased (renewed) until then, so no other worker runs them again."""
-        batch: List[Tuple[bytes, Optional[bytes]]] = []
+        batch: List[Tuple[int, bytes, Optional[bytes]]] = []
         pause = 0.05
         while True:
             with self._ack_cv:
@@ -749,35 +932,46 @@ class Worker:
 
     def _release(self, batch) -> None:
         with self._lock:
-            for eid, _ in batch:
-                self._leased.pop(eid, None)
+            for index, eid, _ in batch:
+                self._leased.pop((index, eid), None)
 
     def _send_acks(self, batch) -> None:
         """The success script, SUCCESS_BATCH runs a call. An entry with no job to delete (the job
         was removed before it ran) goes with the id "" (no job has it): only the entry is dropped,
         never a job added with the same id since."""
-        k = self.keys
-        keys = [k.pending, k.jobs, k.attempts, k.errors]
-        node = self._route.target()
-        for i in range(0, len(batch), SUCCESS_BATCH):
-            args: List[bytes] = []
-            for eid, jid in batch[i : i + SUCCESS_BATCH]:
-                args.append(eid)
-                args.append(jid if jid is not None else b"")
-            self._success_script(keys=keys, args=args, client=node)
+        by_shard: Dict[int, List[Tuple[bytes, Optional[bytes]]]] = {}
+        for index, eid, jid in batch:
+            by_shard.setdefault(index, []).append((eid, jid))
+        for index, runs in by_shard.items():
+            shard = self._shards[index]
+            k = shard.keys
+            keys = [k.pending, k.jobs, k.attempts, k.errors]
+            node = shard.route.target()
+            for i in range(0, len(runs), SUCCESS_BATCH):
+                args: List[bytes] = []
+                for eid, jid in runs[i : i + SUCCESS_BATCH]:
+                    args.append(eid)
+                    args.append(jid if jid is not None else b"")
+                self._success_script(keys=keys, args=args, client=node)
 
     def _lease_loop(self) -> None:
-        k = self.keys
         interval = self.lease_ms / 3000
         while not self._lease_stop.wait(interval):
+            by_shard: Dict[int, List[bytes]] = {}
             with self._lock:
-                entries = list(self._leased)
-            for i in range(0, len(entries), 1000):
-                try:
-                    node = self._route.target()
-                    node.xclaim(k.pending, GROUP, self.consumer, 0, entries[i : i + 1000], justid=True)
-                except Exception as exc:  # noqa: BLE001
-                    # Renewed again in lease_ms / 3: a lease outlives two missed renewals.
-                    log.warning("echomq: lease renewal failed (%s)", describe(exc))
-                    if _resend(exc):
-                        self._after_refusal(exc)
+                for index, eid in self._leased:
+                    by_shard.setdefault(index, []).append(eid)
+            for index, entries in by_shard.items():
+                self._renew(self._shards[index], entries)
+
+    def _renew(self, shard: _Shard, entries: List[bytes]) -> None:
+        k = shard.keys
+        for i in range(0, len(entries), 1000):
+            try:
+                node = shard.route.target()
+                node.xclaim(k.pending, GROUP, self.consumer, 0, entries[i : i + 1000], justid=True)
+            except Exception as exc:  # noqa: BLE001
+                # Renewed again in lease_ms / 3: a lease outlives two missed renewals.
+                log.warning("echomq: lease renewal failed (%s)", describe(exc))
+                if _resend(exc):
+                    self._after_refusal(exc)
