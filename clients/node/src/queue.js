@@ -418,7 +418,15 @@ export class Queue {
 
   async #writeLimits(entries) {
     const ours = new Set(this.shardKeys.map((k) => k.schedule));
-    const nodes = isCluster(this.connection) ? this.connection.nodes("all") : [this.connection];
+    let nodes = [this.connection];
+    if (isCluster(this.connection)) {
+      // The client's node list is its last view of the slots: a replica added since is in the
+      // next one.
+      if (typeof this.connection.refreshSlotsCache === "function") {
+        await new Promise((done) => { this.connection.refreshSlotsCache(() => done()); });
+      }
+      nodes = this.connection.nodes("all");
+    }
     // A read-modify-write per node: two queues' calls at once on one node may lose one's change.
     await Promise.all(nodes.map(async (node) => {
       const [, value] = await node.call("CONFIG", "GET", "echomq.release-limits");
