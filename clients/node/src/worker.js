@@ -398,14 +398,16 @@ export class Worker extends EventEmitter {
         continue;
       }
       const takeOverDue = Date.now() >= shard.nextTakeOver;
-      if (takeOverDue && free > 0) {
+      // Over several shards a takeover does not wait for a free slot (a deep shard may keep
+      // them all): it takes one run, as a speculative read does.
+      if (takeOverDue && (free > 0 || many)) {
         // Step 7, between reads on this connection (a takeover must not wait for a
         // blocked read, nor overfill the slots beside it).
         shard.nextTakeOver = Date.now() + this.leaseMs / 2;
         if (shard.readerId === null && !isCluster(shard.reader)) {
           await shard.reader.client("ID").then((id) => { shard.readerId = id; }, (e) => this.#report(e));
         }
-        await this.#takeOver(shard);
+        await this.#takeOver(shard, free <= 0);
         continue;
       }
       const speculative = many && !(gave && free > 0);
@@ -475,13 +477,17 @@ export class Worker extends EventEmitter {
     }
   }
 
-  // Step 7: the entries of a dead or stuck worker, when slots are free.
-  async #takeOver(shard) {
-    const free = this.#free();
+  // Step 7: the entries of a dead or stuck worker, when slots are free; `speculative`: one
+  // entry beyond the concurrency, which waits for a slot (over several shards).
+  async #takeOver(shard, speculative = false) {
+    const free = speculative ? 1 : this.#free();
     if (free <= 0 || this.#closing) return;
     const conn = shard.reader;
+    const over = speculative ? 1 : 0;
     this.#busy += free;
+    this.#overflow += over;
     let reserved = free; // slots this takeover holds that #begin does not account for yet
+    let overflowing = over; // of which beyond the concurrency
     const entries = [];
     const k = shard.keys;
     try {
@@ -509,6 +515,10 @@ export class Worker extends EventEmitter {
       }
       this.#busy -= reserved - entries.length;
       reserved = entries.length;
+      if (!entries.length) {
+        this.#overflow -= overflowing;
+        overflowing = 0;
+      }
       this.#wakeUp();
       if (entries.length) {
         const rows = await this.#deliveryCounts(conn, shard, entries);
@@ -517,10 +527,12 @@ export class Worker extends EventEmitter {
           e.deliveries = !err && r && r.length ? Number(r[0][3]) : 1;
         });
         reserved = 0;
-        await this.#begin(entries, heldUntil, now, conn, false);
+        overflowing = 0;
+        await this.#begin(entries, heldUntil, now, conn, over > 0);
       }
     } catch (e) {
       this.#busy -= reserved;
+      this.#overflow -= overflowing;
       shard.claimCursor = "0-0";
       this.#wakeUp();
       if (String(e.message).startsWith("NOGROUP")) await this.#createGroup(shard).catch((e2) => this.#report(e2));

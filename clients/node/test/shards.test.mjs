@@ -268,6 +268,32 @@ test("fairness: a job of another shard starts within 200 ms while one shard is 1
   assert.ok((await queue.counts()).pending > 9000);
 });
 
+test("a stale run of one shard is taken over while another shard keeps every slot busy", async () => {
+  const client = server.client();
+  const queue = new Queue(client, queueName("stale"), { shards: 2 });
+  const deep = idsIn(queue, 0, 100, "deep-");
+  await queue.addMany(deep.map(() => "deep"), { ids: deep });
+  // A run of shard 1 delivered to a worker that died.
+  const lost = idsIn(queue, 1, 1, "lost-")[0];
+  await queue.add("lost", { id: lost });
+  const k1 = queue.shardKeys[1];
+  await client.xreadgroup("GROUP", "workers", "ghost", "COUNT", 1, "STREAMS", k1.pending, ">");
+  let release;
+  const gate = new Promise((r) => { release = r; });
+  let ran = false;
+  await withWorker(queue, async (job) => {
+    if (job.id === lost) ran = true;
+    else await gate; // shard 0's runs hold every slot
+  }, { concurrency: 2, leaseMs: 300 }, async (worker) => {
+    await waitFor(async () => {
+      const [[, owner]] = await client.xpending(k1.pending, "workers", "-", "+", 1);
+      return owner === worker.consumer;
+    }, "the takeover of the lost run", 3000);
+    release();
+    await waitFor(() => ran, "the lost run to start once a slot is free");
+  });
+});
+
 test("an idle worker waits on every shard at once: a job on the last of 4 starts within 200 ms", async (t) => {
   const client = server.client();
   const queue = new Queue(client, queueName("idle"), { shards: 4 });
