@@ -64,10 +64,10 @@ test("the shards' tags, KEYSLOT and a job's shard are the vectors of protocol/sh
   assert.equal(keySlot("foo{}{bar}"), crc16("foo{}{bar}") % 16384);
 });
 
-test("KEYSLOT is what the server's own hash says: a key of a shard is in the shard's slot", async () => {
+test("each shard's keys carry its tag: one slot a shard, no two shards on one slot", async () => {
   const client = server.client();
-  // A single server has no CLUSTER KEYSLOT; the hash-tag rule is checked against the vectors
-  // above, and here each shard's keys carry its tag (so they share its slot).
+  // A single server has no CLUSTER KEYSLOT: the vectors above and test/cluster-shards.test.mjs
+  // check the slots against the server's.
   const queue = new Queue(client, queueName("slots"), { shards: 5 });
   queue.shardKeys.forEach((k, i) => {
     for (const key of Object.values(k)) assert.equal(keySlot(key), crc16(queue.shards[i]) % 16384, key);
