@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import Redis from "iovalkey";
 import {
   LONE_SURROGATE, Script, checkGroupLimit, checkJobGroup, checkRepeat, isCluster, makeStream, onSlot,
   queueKeys, shardOf, shardTags, splitLimit, timeMs, unwrapPayload, wrapPayload,
@@ -145,6 +146,40 @@ function limitTriples(value) {
   const triples = [];
   for (let i = 0; i + 2 < words.length; i += 3) triples.push(words.slice(i, i + 3));
   return triples;
+}
+
+// Every node of a cluster, primaries and replicas: the client's own connections, and a
+// connection of the cluster's options to each node that a node's CLUSTER NODES lists and the
+// client does not know yet (a replica added since the client last read the slots: iovalkey does
+// not read them again by itself). `extra`: those new connections, for the caller to close.
+async function clusterNodes(cluster) {
+  const known = cluster.nodes("all");
+  const address = (host, port) => `${host}:${port}`;
+  const have = new Set(known.map((n) => address(n.options.host, n.options.port)));
+  const views = await Promise.allSettled(known.map((n) => n.call("CLUSTER", "NODES")));
+  const options = cluster.options || {};
+  const natMap = options.natMap && typeof options.natMap === "object" ? options.natMap : {};
+  const extra = [];
+  for (const view of views) {
+    if (view.status !== "fulfilled") continue;
+    for (const line of String(view.value).split("\n")) {
+      const [, where, flags] = line.trim().split(" ");
+      if (!where || !flags || /fail|handshake|noaddr/.test(flags)) continue;
+      const hostPort = where.split("@")[0];
+      const colon = hostPort.lastIndexOf(":");
+      let [host, port] = [hostPort.slice(0, colon), Number(hostPort.slice(colon + 1))];
+      if (!host || !port) continue;
+      const mapped = natMap[address(host, port)];
+      if (mapped) [host, port] = [mapped.host, mapped.port];
+      if (have.has(address(host, port))) continue;
+      have.add(address(host, port));
+      // One try per command: a node that cannot be reached rejects the call rather than hold it.
+      const node = new Redis({ ...(options.redisOptions || {}), host, port, maxRetriesPerRequest: 1 });
+      node.on("error", () => {}); // its CONFIG call rejects with the reason
+      extra.push(node);
+    }
+  }
+  return { nodes: [...known, ...extra], extra };
 }
 
 export class Queue {
@@ -418,21 +453,18 @@ export class Queue {
 
   async #writeLimits(entries) {
     const ours = new Set(this.shardKeys.map((k) => k.schedule));
-    let nodes = [this.connection];
-    if (isCluster(this.connection)) {
-      // The client's node list is its last view of the slots: a replica added since is in the
-      // next one.
-      if (typeof this.connection.refreshSlotsCache === "function") {
-        await new Promise((done) => { this.connection.refreshSlotsCache(() => done()); });
-      }
-      nodes = this.connection.nodes("all");
+    const { nodes, extra } = isCluster(this.connection) ? await clusterNodes(this.connection)
+      : { nodes: [this.connection], extra: [] };
+    try {
+      // A read-modify-write per node: two queues' calls at once on one node may lose one's change.
+      await Promise.all(nodes.map(async (node) => {
+        const [, value] = await node.call("CONFIG", "GET", "echomq.release-limits");
+        const kept = limitTriples(value).filter(([schedule]) => !ours.has(schedule));
+        await node.call("CONFIG", "SET", "echomq.release-limits", [...kept, ...entries].flat().join(" "));
+      }));
+    } finally {
+      for (const node of extra) node.disconnect();
     }
-    // A read-modify-write per node: two queues' calls at once on one node may lose one's change.
-    await Promise.all(nodes.map(async (node) => {
-      const [, value] = await node.call("CONFIG", "GET", "echomq.release-limits");
-      const kept = limitTriples(value).filter(([schedule]) => !ours.has(schedule));
-      await node.call("CONFIG", "SET", "echomq.release-limits", [...kept, ...entries].flat().join(" "));
-    }));
   }
 
   // Creates or replaces the recurring job `id` (ECHO.REPEAT, docs/clients.md, Recurring jobs);

@@ -15,21 +15,31 @@ let nodes = [];
 let admin = [];
 let cluster;
 
+let early; // a client that read the slots before the replica joined
+
 before(async () => {
   nodes = await Promise.all([0, 1, 2, 3].map(() => TestServer.start({ cluster: true })));
   admin = nodes.map((n) => n.client());
+  const primaries = admin.slice(0, 3);
   await Promise.all(RANGES.map(([from, to], i) => admin[i].call("CLUSTER", "ADDSLOTSRANGE", from, to)));
-  for (const a of admin.slice(1)) await a.call("CLUSTER", "MEET", "127.0.0.1", nodes[0].port);
+  for (const a of primaries.slice(1)) await a.call("CLUSTER", "MEET", "127.0.0.1", nodes[0].port);
+  const formed = async (members) => {
+    for (const a of members) {
+      if (!/cluster_state:ok/.test(await a.call("CLUSTER", "INFO"))) return false;
+      if ((await a.call("CLUSTER", "NODES")).trim().split("\n").length !== members.length) return false;
+    }
+    return true;
+  };
+  await waitFor(() => formed(primaries), "the primaries to form a cluster", 30000, 50);
+  early = new Cluster([{ host: "127.0.0.1", port: nodes[1].port }]);
+  early.on("error", () => {});
+  await early.ping();
+  await admin[3].call("CLUSTER", "MEET", "127.0.0.1", nodes[0].port);
   const first = await admin[0].call("CLUSTER", "MYID");
   await waitFor(async () => (await admin[3].call("CLUSTER", "NODES")).includes(first), "the replica to know its primary");
   await admin[3].call("CLUSTER", "REPLICATE", first);
-  await waitFor(async () => {
-    for (const a of admin) {
-      if (!/cluster_state:ok/.test(await a.call("CLUSTER", "INFO"))) return false;
-      if ((await a.call("CLUSTER", "NODES")).trim().split("\n").length !== 4) return false;
-    }
-    return /master_link_status:up/.test(await admin[3].info("replication"));
-  }, "the cluster to form", 30000, 50);
+  await waitFor(async () => await formed(admin) && /master_link_status:up/.test(await admin[3].info("replication")),
+    "the replica to join", 30000, 50);
   // CLUSTER SLOTS lists a replica once its replication offset is not 0: one write to its
   // primary's slots (slot 3300) makes it so.
   await admin[0].set("{b}:replicated", "1");
@@ -45,6 +55,7 @@ before(async () => {
 
 after(async () => {
   cluster?.disconnect();
+  early?.disconnect();
   await Promise.all(nodes.map((n) => n.stop()));
 });
 
@@ -105,6 +116,22 @@ test("on a cluster: setLimit writes each shard's share on every node, the replic
     }
     await queue.clearLimit();
     for (const a of admin) assert.equal((await a.config("GET", "echomq.release-limits"))[1], "{other}:schedule 5/s 2");
+  } finally {
+    await Promise.all(admin.map((a) => a.config("SET", "echomq.release-limits", "")));
+  }
+});
+
+test("on a cluster: setLimit reaches a replica the client has not seen yet", async () => {
+  // iovalkey reads the slots again only on a redirection or an error: this client still knows
+  // the three primaries alone.
+  assert.equal(early.nodes("all").length, 3);
+  const queue = new Queue(early, queueName("cl-early"), { shards: 3 });
+  try {
+    await queue.setLimit("10/s", 3);
+    const ours = queue.shardKeys.map((k) => `${k.schedule} 200/m 1`).join(" ");
+    for (const a of admin) assert.equal((await a.config("GET", "echomq.release-limits"))[1], ours);
+    await queue.clearLimit();
+    for (const a of admin) assert.equal((await a.config("GET", "echomq.release-limits"))[1], "");
   } finally {
     await Promise.all(admin.map((a) => a.config("SET", "echomq.release-limits", "")));
   }
