@@ -36,6 +36,29 @@ export interface Counts {
   dead: number;
 }
 
+/** One shard's counts, in counts({ perShard: true }).shards. */
+export interface ShardCounts extends Counts {
+  /** The shard's index (queue.shards[shard] is its tag). */
+  shard: number;
+  tag: string;
+}
+
+export interface QueueOptions {
+  /** Sub-queues of one logical queue, 1..=1024 (max_shards); default 1, the queue of one hash
+   * tag. docs/clients.md, Sharded queues. */
+  shards?: number;
+}
+
+/** The keys of one queue or shard, all under its hash tag. */
+export interface QueueKeys {
+  readonly schedule: string;
+  readonly pending: string;
+  readonly dead: string;
+  readonly jobs: string;
+  readonly attempts: string;
+  readonly errors: string;
+}
+
 export interface DeadRecord {
   id: string;
   /** Time of death, server Unix ms. */
@@ -98,36 +121,51 @@ export interface RepeatInfo {
   fireAtMs: number | null;
 }
 
+/** CRC16 (XMODEM) of `data` (a string's UTF-8 bytes), the checksum of Valkey's key hash slot. */
+export function crc16(data: string | Uint8Array): number;
+/** The slot CLUSTER KEYSLOT answers for `key`, the hash tag rule included. */
+export function keySlot(key: string | Uint8Array): number;
+/** The tags of the first `shards` shards of the queue `name`. */
+export function shardTags(name: string, shards: number): string[];
+/** Each shard's share of the release limit `rate burst` over `shards` shards: [rate, burst]. */
+export function splitLimit(rate: string, burst: number, shards: number): [string, number];
+
 /** Generates a time-ordered unique job id: `<13-digit Unix ms>-<16 hex digits>`. */
 export function newJobId(): string;
 
 export class Queue {
-  /** A Redis connection to one server, or a Cluster: every key of the queue has the hash tag
-   * `{name}`, so all of the queue lives on one slot. */
-  constructor(connection: Redis | Cluster, name: string);
+  /** A Redis connection to one server, or a Cluster: every key of a shard has the shard's hash
+   * tag (`{name}` for one shard), so each shard lives on one slot. Refuses a shard count out of
+   * 1..=1024 (RangeError). */
+  constructor(connection: Redis | Cluster, name: string, options?: QueueOptions);
   readonly connection: Redis | Cluster;
   readonly name: string;
-  readonly keys: {
-    readonly schedule: string;
-    readonly pending: string;
-    readonly dead: string;
-    readonly jobs: string;
-    readonly attempts: string;
-    readonly errors: string;
-  };
+  /** Shard 0's keys: the queue's own, `{name}:...`. */
+  readonly keys: QueueKeys;
+  /** The shards' tags: `name`, then `name#i` (or `name#i.k`, for a slot of its own). */
+  readonly shards: readonly string[];
+  /** Each shard's keys, in the order of `shards`. */
+  readonly shardKeys: readonly QueueKeys[];
+  /** The shard of the job `id`: KEYSLOT(id) mod the number of shards. */
+  shardOf(id: string): number;
   /** Adds a job; resolves to its id. */
   add(payload: Payload, options?: AddOptions): Promise<string>;
   /** Adds one job per payload, in transactions of up to 1,000; resolves to their ids in order.
    * With `ids` (one per payload) each add is idempotent as add()'s; `delayMs` applies to every job. */
   addMany(payloads: Iterable<Payload>, options?: AddManyOptions): Promise<string[]>;
-  /** Where the jobs are; scheduled and due count every group's jobs too (groups() has them per group). */
+  /** Where the jobs are; scheduled and due count every group's jobs too (groups() has them per
+   * group). Summed over the shards; with `perShard`, each shard's counts too. */
   counts(): Promise<Counts>;
+  counts(options: { perShard: true }): Promise<Counts & { shards: ShardCounts[] }>;
+  counts(options?: { perShard?: boolean }): Promise<Counts & { shards?: ShardCounts[] }>;
   /** Every group with jobs waiting in the schedule, in name order, the ungrouped jobs first:
-   * ECHO.GROUPS' pages of `pageSize` (1..=1000, default 1000) groups, to the last cursor. */
+   * ECHO.GROUPS' pages of `pageSize` (1..=1000, default 1000) groups, to the last cursor. Over
+   * shards, one record per group: figures and limits summed, the earliest wait, the latest hold. */
   groups(options?: { pageSize?: number }): Promise<GroupInfo[]>;
   /** Limits one group to `rate` ("5/s", "300/m", "2/h"; n in 1..=1000000) with bursts of
    * `burst` (1..=1000000) instead of the configured group limit (ECHO.GROUPLIMIT), until
-   * clearGroupLimit. Arguments the server would refuse reject with nothing sent. */
+   * clearGroupLimit. Arguments the server would refuse reject with nothing sent. Over shards,
+   * each shard's part of the group gets its share (splitLimit). */
   setGroupLimit(group: string, rate: string, burst: number): Promise<void>;
   /** The configured group limit for this group again (none when the server lists no group limit
    * for the queue). */
@@ -147,14 +185,24 @@ export class Queue {
   unrepeat(id: string): Promise<boolean>;
   /** The queue's recurring jobs, by id. */
   repeats(): Promise<RepeatInfo[]>;
-  /** Dead jobs, oldest death first. Defaults: offset 0, count 100. */
+  /** The queue's release limit: `rate` ("500/s", "300/m", "adaptive:20/h"; n in 1..=1000000)
+   * with bursts of `burst` (1..=1000000), each shard's schedule its share (splitLimit), written
+   * into echomq.release-limits of every node the connection reaches (CONFIG GET / CONFIG SET, the
+   * other queues' entries kept). A rate or burst the server would refuse rejects (RangeError,
+   * TypeError) with nothing sent. */
+  setLimit(rate: string, burst: number): Promise<void>;
+  /** The queue's entries removed from echomq.release-limits of every node. */
+  clearLimit(): Promise<void>;
+  /** Dead jobs, oldest death first (over shards, in the merged order). Defaults: offset 0, count 100. */
   dead(offset?: number, count?: number): Promise<DeadRecord[]>;
   /** Dead -> pending with its attempts reset; false when the id is not dead. Refused by the
    * server (pending of another type, a stream out of IDs), it rejects and the job stays dead. */
   requeue(id: string): Promise<boolean>;
   /** Removes a job wherever it waits (a run in flight then writes no outcome); false when no such job exists. */
   remove(id: string): Promise<boolean>;
-  /** Removes dead jobs that died at least olderThanMs ago (server clock); resolves to how many. */
+  /** Removes dead jobs that died at least olderThanMs ago (server clock); resolves to how many
+   * (summed over the shards). requeue, remove and unrepeat look in the id's shard first, then in
+   * the others (a job added under a smaller layout). */
   purgeDead(olderThanMs: number): Promise<number>;
 }
 

@@ -211,3 +211,102 @@ export function unwrapPayload(value) {
   if (n > MAX_JOB_GROUP_BYTES || from + n > value.length) return whole;
   return { payload: value.subarray(from + n), jobGroup: n === 0 ? null : value.subarray(from, from + n) };
 }
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), the checksum Valkey's keyHashSlot takes
+// of a key; `data` a Buffer or a string (its UTF-8 bytes).
+const CRC16_TABLE = (() => {
+  const table = new Uint16Array(256);
+  for (let byte = 0; byte < 256; byte++) {
+    let crc = byte << 8;
+    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    table[byte] = crc;
+  }
+  return table;
+})();
+
+export function crc16(data) {
+  const bytes = typeof data === "string" ? Buffer.from(data) : data;
+  let crc = 0;
+  for (const b of bytes) crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ b) & 0xff];
+  return crc;
+}
+
+export const SLOTS = 16384;
+
+// The slot CLUSTER KEYSLOT answers for `key`: with a hash tag (the bytes between the first `{`
+// and the first `}` after it, when not empty) only the tag is hashed, as the server does.
+export function keySlot(key) {
+  const bytes = typeof key === "string" ? Buffer.from(key) : key;
+  const open = bytes.indexOf(0x7b);
+  if (open >= 0) {
+    const close = bytes.indexOf(0x7d, open + 1);
+    if (close > open + 1) return crc16(bytes.subarray(open + 1, close)) % SLOTS;
+  }
+  return crc16(bytes) % SLOTS;
+}
+
+// The tags of a queue's `shards` shards (docs/clients.md, Sharded queues): shard 0 is the queue's
+// own tag, so an unsharded queue is shard 0 of any layout; shard i is `name#i`, or `name#i.k` for
+// the smallest k whose slot no earlier shard has, so no two shards share a slot (a cluster can
+// put each on its own primary) and the first N tags of any layout are those of N shards.
+export function shardTags(name, shards) {
+  const tags = [name];
+  const taken = new Set([crc16(name) % SLOTS]);
+  for (let i = 1; i < shards; i++) {
+    let tag = `${name}#${i}`;
+    for (let k = 1; taken.has(crc16(tag) % SLOTS); k++) tag = `${name}#${i}.${k}`;
+    taken.add(crc16(tag) % SLOTS);
+    tags.push(tag);
+  }
+  return tags;
+}
+
+// The shard of the job `id` among `shards`: its KEYSLOT mod N, what every library computes.
+export function shardOf(id, shards) {
+  return keySlot(id) % shards;
+}
+
+// The ceiling of a rate (the number of `<n>/<unit>`) and of a burst, as echomq.release-limits
+// takes them.
+const MAX_LIMIT_RATE = 1000000;
+const MAX_LIMIT_BURST = 1000000;
+const UNIT_MS = { s: 1000, m: 60000, h: 3600000 };
+const RELEASE_RATE = /^(adaptive:)?([1-9][0-9]*)\/([smh])$/i;
+
+// A queue's release limit checked as echomq.release-limits reads it, before anything is sent:
+// `<n>/s`, `<n>/m`, `<n>/h` (n in 1..=1000000, no sign nor leading zero, the unit and `adaptive`
+// in any case) or `adaptive:` and such a rate; `burst` an integer in 1..=1000000.
+export function checkReleaseLimit(rate, burst) {
+  if (typeof rate !== "string") throw new TypeError("a rate is a string such as \"500/s\" or \"adaptive:20/m\"");
+  const match = RELEASE_RATE.exec(rate);
+  if (!match || Number(match[2]) > MAX_LIMIT_RATE) {
+    throw new RangeError(`rate '${rate}' is not <n>/s, <n>/m or <n>/h with n in 1..=${MAX_LIMIT_RATE}, or adaptive:<rate>`);
+  }
+  if (!Number.isInteger(burst) || burst < 1 || burst > MAX_LIMIT_BURST) {
+    throw new RangeError(`a burst is an integer in 1..=${MAX_LIMIT_BURST}, not ${burst}`);
+  }
+  return match;
+}
+
+// Each shard's share of the limit `rate burst` over `shards` shards (docs/clients.md): the rate
+// divided in its own unit when N divides it, else in the first longer unit where it divides
+// while staying <= 1000000, else floored in the longest unit within that bound (at least 1/h);
+// the burst's ceiling. One shard keeps the limit as given. Returns [rate, burst].
+export function splitLimit(rate, burst, shards) {
+  const [, adaptive, digits, unit] = checkReleaseLimit(rate, burst);
+  if (shards === 1) return [rate, burst];
+  const prefix = adaptive ? "adaptive:" : "";
+  const n = Number(digits);
+  const units = ["s", "m", "h"].slice(["s", "m", "h"].indexOf(unit.toLowerCase()));
+  const perUnit = (u) => (n * UNIT_MS[u]) / UNIT_MS[units[0]]; // n in unit u
+  const share = Math.ceil(burst / shards);
+  for (const u of units) {
+    const total = perUnit(u);
+    if (total % shards === 0 && total / shards <= MAX_LIMIT_RATE) return [`${prefix}${total / shards}/${u}`, share];
+  }
+  for (const u of [...units].reverse()) {
+    const floored = Math.floor(perUnit(u) / shards);
+    if (floored <= MAX_LIMIT_RATE) return [`${prefix}${Math.max(1, floored)}/${u}`, share];
+  }
+  throw new Error("unreachable: n/unit over N is within the bound in its own unit");
+}

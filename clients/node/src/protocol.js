@@ -34,6 +34,7 @@ export const MAX_GROUPS_COUNT = c.max_groups_count; // the most groups an ECHO.G
 export const MAX_REPEAT_ID_BYTES = c.max_repeat_id_bytes; // the longest id ECHO.REPEAT takes
 export const MIN_EVERY_MS = c.min_every_ms; // the shortest every:<ms> ECHO.REPEAT takes
 export const MAX_EVERY_MS = c.max_every_ms; // the longest every:<ms>, and the largest jitter
+export const MAX_SHARDS = c.max_shards; // the most shards a queue may have
 export const MAX_ERROR_BYTES = c.max_error_bytes;
 export const ADD_BATCH = c.add_batch; // jobs per transaction of addMany
 export const SUCCESS_BATCH = c.success_batch; // (entry, id) pairs per success script call

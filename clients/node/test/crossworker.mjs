@@ -17,6 +17,8 @@
 //   crossworker repeats --url URL --queue NAME [--cluster]
 //   crossworker unrepeat --url URL --queue NAME --id ID [--cluster]
 //
+// --shards N (every subcommand, default 1): the queue is sharded over N sub-queues
+// (docs/clients.md, Sharded queues), so a worker reads them all and the other calls see them all.
 // --cluster: --url is one seed node, or several comma-separated, of a Valkey Cluster, and every
 // connection is an iovalkey Cluster. `work` prints `ready` once the group exists, with
 // --log-takes `took <entry-id> <job-id> <attempt>` as each run starts, and, on every exit that is
@@ -33,7 +35,7 @@ import Redis, { Cluster } from "iovalkey";
 import { Queue, RetryAfter, Worker } from "../index.js";
 
 const USAGE =
-  "usage: crossworker.mjs work|add|dead|requeue|purge|repeat|repeats|unrepeat --url URL --queue NAME [options]";
+  "usage: crossworker.mjs work|add|dead|requeue|purge|repeat|repeats|unrepeat --url URL --queue NAME [--shards N] [options]";
 
 function int(values, name, dflt) {
   if (values[name] === undefined) return dflt;
@@ -177,14 +179,14 @@ async function work(values, connection, queue) {
   if (jobs !== undefined) {
     // Done or dead: either way the job has its outcome. A failed poll (a failover) is only
     // tried again at the next one.
-    const dead = queue.keys.dead;
+    const deads = queue.shardKeys.map((k) => k.dead); // every shard's
     let polling = false;
     const t = setInterval(async () => {
       if (polling) return;
       polling = true;
       try {
-        const [done, gone] = await Promise.all([side.hlen(values.done), side.zcard(dead)]);
-        if (Number(done) + Number(gone) >= jobs) worker.close();
+        const [done, ...gone] = await Promise.all([side.hlen(values.done), ...deads.map((d) => side.zcard(d))]);
+        if (Number(done) + gone.reduce((sum, n) => sum + Number(n), 0) >= jobs) worker.close();
       } catch {
         // next poll
       } finally {
@@ -327,6 +329,7 @@ async function main() {
       tz: { type: "string" },
       "from-ms": { type: "string" },
       "until-ms": { type: "string" },
+      shards: { type: "string" },
     },
     strict: true,
   });
@@ -341,9 +344,11 @@ async function main() {
     unrepeat: () => unrepeat(values, queue),
   };
   if (!Object.hasOwn(commands, command) || !values.url || !values.queue) throw new Error(USAGE);
+  const shards = int(values, "shards", 1);
+  if (shards < 1) throw new Error("--shards: N is an integer >= 1");
   const connection = values.cluster ? clusterOf(values.url) : new Redis(values.url);
   connection.on("error", () => {}); // reconnected by ioredis (see work)
-  const queue = new Queue(connection, values.queue);
+  const queue = new Queue(connection, values.queue, { shards });
   try {
     await commands[command]();
   } finally {

@@ -283,3 +283,39 @@ test("crossworker --crash-on kills the process at that job only", async () => {
   assert.doesNotMatch(end.stdout, /summary/);
   assert.deepEqual(await client.lrange(started, 0, -1), ["fine", "boom"]);
 });
+
+test("crossworker --shards N: every subcommand over a sharded queue", async () => {
+  const client = server.client();
+  const name = queueName("cli-shards");
+  const queue = new Queue(client, name, { shards: 3 });
+  const run = async (args) => {
+    const r = await cross([...args, "--url", server.url, "--queue", name, "--shards", "3"]).exited;
+    assert.equal(r.code, 0, r.stderr);
+    return r.stdout.trim().split("\n");
+  };
+  const ids = await run(["add", "--count", "12", "--id-prefix", "s-"]);
+  assert.equal(ids.length, 12);
+  for (const id of ids) assert.equal(await client.hexists(queue.shardKeys[queue.shardOf(id)].jobs, id), 1, id);
+  assert.equal(new Set(ids.map((id) => queue.shardOf(id))).size, 3);
+
+  const w = await startWorker(queue, ["--shards", "3", "--fail", "no luck", "--max-attempts", "1"]);
+  await waitFor(async () => (await queue.counts()).dead === 12, "every shard's jobs dead");
+  w.kill("SIGTERM");
+  assert.equal((await w.exited).code, 0);
+  const dead = (await run(["dead"])).map((l) => JSON.parse(l));
+  assert.deepEqual(dead.map((r) => r.id).sort(), [...ids].sort());
+  assert.deepEqual(await run(["requeue", "--id", "s-7"]), ["true"]);
+  assert.deepEqual(await run(["purge"]), ["11"]);
+
+  await run(["repeat", "--id", "nightly", "--spec", "every:60000", "--payload", "p"]);
+  await run(["repeat", "--id", "hourly", "--spec", "every:3600000", "--payload", "p"]);
+  assert.deepEqual((await run(["repeats"])).map((l) => JSON.parse(l).id), ["hourly", "nightly"]);
+  assert.deepEqual(await run(["unrepeat", "--id", "nightly"]), ["true"]);
+  assert.deepEqual(await run(["unrepeat", "--id", "nightly"]), ["false"]);
+
+  for (const shards of ["0", "1025"]) {
+    const refused = await cross(["dead", "--url", server.url, "--queue", name, "--shards", shards]).exited;
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /shards/);
+  }
+});

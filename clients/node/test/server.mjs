@@ -1,8 +1,9 @@
 // The test server: a real valkey-server with the echomq module, on a free port, stopped by pid.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { createServer } from "node:net";
-import { dirname, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -37,7 +38,8 @@ function freePort() {
 }
 
 export class TestServer {
-  static async start({ autoPromote } = {}) {
+  // `cluster`: a cluster-enabled node with no slots yet (test/cluster.mjs makes a cluster of such).
+  static async start({ autoPromote, cluster = false } = {}) {
     const bin = serverBinary();
     const module = modulePath();
     let lastError;
@@ -46,13 +48,20 @@ export class TestServer {
       const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
         "--loadmodule", module];
       if (autoPromote) args.push("--echomq.auto-promote", autoPromote);
+      let dir = null;
+      if (cluster) {
+        // A directory of its own: its node id file must not be another attempt's or node's.
+        dir = mkdtempSync(join(tmpdir(), "echomq-node-cluster-"));
+        args.push("--cluster-enabled", "yes", "--cluster-config-file", join(dir, "nodes.conf"), "--dir", dir,
+          "--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0");
+      }
       const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
       let log = "";
       child.stdout.on("data", (d) => { log += d; });
       child.stderr.on("data", (d) => { log += d; });
       let exited = false;
       const exit = new Promise((r) => child.on("exit", () => { exited = true; r(); }));
-      const server = new TestServer(port, child, exit);
+      const server = new TestServer(port, child, exit, dir);
       const deadline = Date.now() + 10000;
       while (!exited && Date.now() < deadline) {
         const c = new Redis({ port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 0,
@@ -76,8 +85,9 @@ export class TestServer {
     throw lastError;
   }
 
-  constructor(port, child, exit) {
+  constructor(port, child, exit, dir = null) {
     this.port = port;
+    this.dir = dir;
     this.url = `redis://127.0.0.1:${port}/`;
     this.child = child;
     this.exit = exit;
@@ -94,6 +104,7 @@ export class TestServer {
     for (const c of this.clients) c.disconnect();
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill("SIGTERM");
     await this.exit;
+    if (this.dir) rmSync(this.dir, { recursive: true, force: true });
   }
 }
 
