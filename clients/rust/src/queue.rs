@@ -341,6 +341,26 @@ impl QueueConnection {
         }
     }
 
+    /// The same connection for the queue (or shard) `name`: on a cluster
+    /// its keyless commands go to `name`'s slot (a script is loaded where
+    /// the shard's keys are); on one server it is this connection.
+    pub(crate) fn for_queue(&self, name: &str) -> QueueConnection {
+        if !self.is_cluster() {
+            return self.clone();
+        }
+        QueueConnection::wrap(
+            self.shared.backend.clone(),
+            self.current(),
+            name,
+            self.shared.response_timeout,
+        )
+    }
+
+    /// Where this connection's keyless commands go on a cluster.
+    pub(crate) fn route(&self) -> Route {
+        self.shared.route
+    }
+
     fn current(&self) -> Conn {
         self.shared.current.lock().unwrap().clone()
     }
@@ -546,7 +566,7 @@ impl Queue {
                 .enumerate()
                 .map(|(i, tag)| Queue {
                     backend: self.backend.clone(),
-                    conn: self.conn.clone(),
+                    conn: self.conn.for_queue(tag),
                     name: tag.clone(),
                     keys: Keys::new(tag),
                     stream_made: if i == 0 {

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{RedisResult, Value};
 
 use crate::protocol::{MAX_GROUP_BURST, MAX_GROUP_RATE, MAX_SHARDS};
@@ -396,6 +396,32 @@ impl Queue {
     }
 }
 
+/// The `host:port` of each node `CLUSTER NODES` lists as reachable (not
+/// failed, not in a handshake, with an address).
+fn cluster_node_addresses(listed: &str) -> Vec<(String, u16)> {
+    let mut out = Vec::new();
+    for line in listed.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(address), Some(flags)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        if flags
+            .split(',')
+            .any(|f| matches!(f, "fail" | "handshake" | "noaddr"))
+        {
+            continue;
+        }
+        // ip:port@cport[,hostname]
+        let address = address.split(['@', ',']).next().unwrap_or_default();
+        if let Some((host, port)) = address.rsplit_once(':') {
+            if let (false, Ok(port)) = (host.is_empty(), port.parse()) {
+                out.push((host.to_string(), port));
+            }
+        }
+    }
+    out
+}
+
 fn sum_option<T: Copy>(a: Option<T>, b: Option<T>, add: impl Fn(T, T) -> T) -> Option<T> {
     match (a, b) {
         (Some(a), Some(b)) => Some(add(a, b)),
@@ -429,42 +455,58 @@ pub(crate) type Node = Option<(String, u16)>;
 
 impl crate::queue::QueueConnection {
     /// `cmd` on every node: the one server, or each node of the cluster
-    /// (primaries and replicas), with its reply.
+    /// (primaries and replicas, as `CLUSTER NODES` lists them; the cluster
+    /// client's map of the slots holds the primaries only), with its reply.
     pub(crate) async fn on_every_node(&self, cmd: &redis::Cmd) -> RedisResult<Vec<(Node, Value)>> {
         let mut conn = self.clone();
         if !self.is_cluster() {
             let reply: Value = cmd.query_async(&mut conn).await?;
             return Ok(vec![(None, reply)]);
         }
-        let route = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
-        let reply = self.route_on_cluster(cmd, route).await?;
-        let Value::Map(pairs) = reply else {
-            return Err(client_error(
-                "unexpected reply from the cluster's nodes",
-                format!("{reply:?}"),
-            ));
-        };
-        let mut out = Vec::with_capacity(pairs.len());
-        for (address, value) in pairs {
-            let address: String = redis::from_redis_value(address)?;
-            let (host, port) = address
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
-                .ok_or_else(|| client_error("unexpected node address", address.clone()))?;
-            out.push((Some((host, port)), value));
+        let mut nodes = redis::cmd("CLUSTER");
+        nodes.arg("NODES");
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(self.route()));
+        let listed: String = redis::from_redis_value(self.route_on_cluster(&nodes, route).await?)?;
+        let mut out = Vec::new();
+        for node in cluster_node_addresses(&listed) {
+            match self.on_node(Some(node.clone()), cmd).await {
+                Ok(reply) => out.push((Some(node), reply)),
+                // Listed but not reachable (down, or a replica a plain
+                // connection may not open): the others still get it.
+                Err(e) if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() => {
+                    eprintln!("echomq-client: node {}:{} not reached: {e}", node.0, node.1)
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(out)
     }
 
-    /// `cmd` on one node of [`QueueConnection::on_every_node`]'s.
+    /// `cmd` on one node of [`QueueConnection::on_every_node`]'s: through
+    /// the cluster client where it has a connection to the node (the
+    /// primaries), else (a replica, which the cluster client reaches only
+    /// when it reads from replicas) on a connection of its own to the
+    /// node's address.
     pub(crate) async fn on_node(&self, node: Node, cmd: &redis::Cmd) -> RedisResult<Value> {
-        match node {
-            None => cmd.query_async(&mut self.clone()).await,
-            Some((host, port)) => {
-                let route =
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
-                self.route_on_cluster(cmd, route).await
+        let Some((host, port)) = node else {
+            return cmd.query_async(&mut self.clone()).await;
+        };
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port,
+        });
+        match self.route_on_cluster(cmd, route).await {
+            Err(e) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
+                let client = redis::Client::open((host.as_str(), port))?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(std::time::Duration::from_secs(10)))
+                    .set_response_timeout(Some(std::time::Duration::from_secs(10)));
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                cmd.query_async(&mut conn).await
             }
+            result => result,
         }
     }
 }
@@ -530,6 +572,22 @@ mod tests {
         }
         assert!(check_release_limit("1/s", 0).is_err());
         assert!(check_release_limit("1/s", 1_000_001).is_err());
+    }
+
+    #[test]
+    fn cluster_nodes_are_read_with_their_addresses() {
+        let listed = "\
+07c3 127.0.0.1:30004@40004 slave e7d1 0 1426238317239 4 connected
+67ed 127.0.0.1:30002@40002,node-2 master - 0 1426238316232 2 connected 5461-10922
+e7d1 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460
+292f 127.0.0.1:30003@40003 master,fail - 0 1426238318243 3 connected 10923-16383
+6ec2 :0@0 master,noaddr - 0 0 0 disconnected
+";
+        let hosts: Vec<(String, u16)> = ["30004", "30002", "30001"]
+            .iter()
+            .map(|p| ("127.0.0.1".to_string(), p.parse().unwrap()))
+            .collect();
+        assert_eq!(cluster_node_addresses(listed), hosts);
     }
 
     #[test]
