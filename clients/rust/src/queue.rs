@@ -159,7 +159,8 @@ impl GroupInfo {
     }
 }
 
-/// A queue: six keys under the hash tag `{name}`.
+/// A queue: six keys under the hash tag `{name}`; or, sharded
+/// ([`Queue::with_shards`]), one logical queue over N such sub-queues.
 #[derive(Clone)]
 pub struct Queue {
     pub(crate) backend: Backend,

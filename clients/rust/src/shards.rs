@@ -206,6 +206,13 @@ impl Queue {
         shard_of(id, self.tags.len())
     }
 
+    /// Shard `i` as a queue of one shard (`None` past the last): its
+    /// `counts()`, `groups()`, `dead()` and the like show that shard alone,
+    /// and a worker of it works that shard only.
+    pub fn shard_queue(&self, i: usize) -> Option<Queue> {
+        (i < self.tags.len()).then(|| self.shard(i).clone())
+    }
+
     /// The shard `i` as a queue of its own (`i < shards().len()`).
     pub(crate) fn shard(&self, i: usize) -> &Queue {
         if self.views.is_empty() {
