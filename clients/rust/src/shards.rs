@@ -531,6 +531,8 @@ mod tests {
         assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
         assert_eq!(key_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
         assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        // The README's example.
+        assert_eq!((key_slot(b"order-42"), shard_of("order-42", 6)), (9984, 0));
     }
 
     #[test]

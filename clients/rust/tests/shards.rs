@@ -591,6 +591,7 @@ async fn the_release_limit_is_split_over_the_shards() {
         .await
         .unwrap();
     let config_calls = calls(&mut conn, "config|set").await + calls(&mut conn, "config|get").await;
+    assert!(config_calls > 0, "INFO commandstats counts CONFIG SET");
     for (rate, burst) in [
         ("0/s", 1),
         ("10/d", 1),
