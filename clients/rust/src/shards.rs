@@ -270,8 +270,8 @@ impl Queue {
 
     /// The groups of every shard, one record per group name (in name order,
     /// the ungrouped jobs first): counts and limits summed (each shard has
-    /// its part of a split limit), the earliest `waiting_until_ms` and the
-    /// latest hold.
+    /// its part of a split limit), the earliest `waiting_until_ms` (0 when
+    /// any shard has it in the rotation) and the latest hold.
     pub(crate) async fn groups_sharded(&self, page_size: u64) -> RedisResult<Vec<GroupInfo>> {
         let mut merged: BTreeMap<Option<String>, GroupInfo> = BTreeMap::new();
         for shard in self.each_shard() {
@@ -285,10 +285,8 @@ impl Queue {
                 m.limit_rate = sum_option(m.limit_rate, g.limit_rate, |a, b| a + b);
                 m.limit_burst = sum_option(m.limit_burst, g.limit_burst, |a, b| a + b);
                 m.available = sum_option(m.available, g.available, |a, b| a + b);
-                m.waiting_until_ms = match (m.waiting_until_ms, g.waiting_until_ms) {
-                    (0, w) | (w, 0) => w,
-                    (a, b) => a.min(b),
-                };
+                // 0 (in the rotation) on any shard: it may release now.
+                m.waiting_until_ms = m.waiting_until_ms.min(g.waiting_until_ms);
                 m.held_until_ms = m.held_until_ms.max(g.held_until_ms);
             }
         }

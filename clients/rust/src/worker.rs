@@ -548,12 +548,21 @@ impl Inner {
         let mut next_takeover = tokio::time::Instant::now();
         while !self.closing() {
             let free = self.slots.available_permits();
-            let permit = match free {
+            let mut permit = match free {
                 0 => None,
                 free => self.slots.clone().try_acquire_many_owned(free as u32).ok(),
             };
+            let takeover_due = tokio::time::Instant::now() >= next_takeover;
+            if permit.is_none() && takeover_due {
+                // A busy worker takes over too: it waits its turn for a slot,
+                // as an entry read does.
+                permit = tokio::select! {
+                    permit = self.slots.clone().acquire_owned() => permit.ok(),
+                    _ = self.closed() => break,
+                };
+            }
             if let Some(mut permit) = permit {
-                if tokio::time::Instant::now() >= next_takeover {
+                if takeover_due {
                     next_takeover = tokio::time::Instant::now() + takeover_every;
                     if let Err(e) = self.take_over(&mut conn, &mut permit).await {
                         log(&format!("taking over entries failed: {e}"));

@@ -699,3 +699,47 @@ async fn growing_from_two_to_three_shards_loses_nothing() {
     assert!(ids.iter().all(|id| runs.get(id) == Some(&1)), "{runs:?}");
     assert!(!runs.contains_key(&moved[2]));
 }
+
+// Runs delivered to a worker that died, on every shard, are taken over
+// after the lease by a worker of the sharded queue, each on its shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_workers_runs_are_taken_over_on_every_shard() {
+    let (_server, _name, queue, mut conn) = open("takeover", 3).await;
+    let mut ids = Vec::new();
+    for (shard, tag) in queue.shards().to_vec().iter().enumerate() {
+        let id = ids_in_shard(&format!("orphan{shard}-"), shard, 3, 1).remove(0);
+        queue.add(b"o", with_id(id.clone())).await.unwrap();
+        // Delivered to a consumer that will never settle it.
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("workers")
+            .arg("dead-worker")
+            .arg("COUNT")
+            .arg(10)
+            .arg("STREAMS")
+            .arg(format!("{{{tag}}}:pending"))
+            .arg(">")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    assert_eq!(queue.counts().await.unwrap().in_flight, 3);
+    let starts = Starts::default();
+    let options = WorkerOptions {
+        concurrency: 2,
+        lease_ms: 300,
+        ..WorkerOptions::default()
+    };
+    let worker = recording(&queue, &starts, 0, options, |_| Ok(()));
+    let (handle, task) = start_worker(worker);
+    eventually("the orphans run and settle", LONG, || {
+        let queue = queue.clone();
+        let ran = starts_len(&starts);
+        async move { ran >= 3 && queue.counts().await.unwrap() == Default::default() }
+    })
+    .await;
+    stop(handle, task).await;
+    let runs = runs_by_id(&starts);
+    assert!(ids.iter().all(|id| runs.get(id) == Some(&1)), "{runs:?}");
+}
