@@ -370,7 +370,15 @@ impl Worker {
 
 impl Queue {
     /// Creates the workers' consumer group (and the stream) when missing.
+    /// On a sharded queue, on every shard.
     pub async fn ensure_group(&self) -> RedisResult<()> {
+        for shard in self.each_shard() {
+            shard.ensure_group_of_shard().await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_group_of_shard(&self) -> RedisResult<()> {
         let mut conn = self.conn.clone();
         let created: RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
