@@ -7,17 +7,21 @@
 //!                  [--max-deliveries N] [--shutdown-timeout-ms MS] [--started KEY] [--crash]
 //!                  [--cluster] [--fail-first K] [--overload-every K] [--retry-after-ms MS]
 //!                  [--crash-on ID] [--hold-group-on ID] [--log-takes] [--log-starts KEY]
-//!                  [--jobs N] [--deadline-secs S] [--ran KEY]
+//!                  [--jobs N] [--deadline-secs S] [--ran KEY] [--shards N]
 //! crossworker add --url URL --queue NAME --count N [--id-prefix P] [--delay-ms D] [--group G]
-//!                 [--cluster]
-//! crossworker dead --url URL --queue NAME [--cluster]
-//! crossworker requeue --url URL --queue NAME --id ID [--cluster]
-//! crossworker purge --url URL --queue NAME [--older-than-ms MS] [--cluster]
+//!                 [--cluster] [--shards N]
+//! crossworker dead --url URL --queue NAME [--cluster] [--shards N]
+//! crossworker requeue --url URL --queue NAME --id ID [--cluster] [--shards N]
+//! crossworker purge --url URL --queue NAME [--older-than-ms MS] [--cluster] [--shards N]
 //! crossworker repeat --url URL --queue NAME --id ID --spec SPEC --payload TEXT [--jitter-ms MS]
-//!                    [--tz ZONE] [--from-ms MS] [--until-ms MS] [--cluster]
-//! crossworker repeats --url URL --queue NAME [--cluster]
-//! crossworker unrepeat --url URL --queue NAME --id ID [--cluster]
+//!                    [--tz ZONE] [--from-ms MS] [--until-ms MS] [--cluster] [--shards N]
+//! crossworker repeats --url URL --queue NAME [--cluster] [--shards N]
+//! crossworker unrepeat --url URL --queue NAME --id ID [--cluster] [--shards N]
 //! ```
+//!
+//! Every command takes `--shards N` (default 1, 1..=1024): the queue is a
+//! sharded queue of N shards (docs/clients.md, Sharded queues), as the
+//! producers and workers of every language open it with the same N.
 //!
 //! `work` runs a worker until SIGTERM (then closes it gracefully and exits
 //! 0) and prints `ready` once the group exists; `add` prints the ids it
@@ -45,7 +49,7 @@
 //! fails a job whose id ends in digits i its first `i % (K+1)` attempts with
 //! "planned failure"; `--fail MSG` fails every run; else `--done` counts the
 //! success with `HINCRBY`. `--jobs N` (with `--done`) closes the worker once
-//! `HLEN <done> + ZCARD {NAME}:dead` reaches N; `--deadline-secs S` exits 2
+//! `HLEN <done> + ZCARD {NAME}:dead` (every shard's dead set) reaches N; `--deadline-secs S` exits 2
 //! if it is still running S seconds after start. Every exit of `work` that
 //! is not a crash prints `summary {"runs":R,"max_concurrent":C}` last.
 
@@ -61,7 +65,7 @@ use echomq_client::{
     AddOptions, Job, JobError, Queue, QueueConnection, RepeatOptions, Worker, WorkerOptions,
 };
 
-const USAGE: &str = "usage: crossworker work|add|dead|requeue|purge|repeat|repeats|unrepeat --url URL --queue NAME [options]";
+const USAGE: &str = "usage: crossworker work|add|dead|requeue|purge|repeat|repeats|unrepeat --url URL --queue NAME [--shards N] [options]";
 
 /// The options that take no value.
 const FLAGS: [&str; 3] = ["crash", "cluster", "log-takes"];
@@ -122,18 +126,22 @@ fn number(options: &HashMap<String, String>, name: &str, default: u64) -> Result
     }
 }
 
+/// The queue of `--url`, `--queue`, `--cluster` and `--shards`.
 async fn open(options: &HashMap<String, String>) -> Result<Queue, String> {
     let url = required(options, "url")?;
     let name = required(options, "queue")?;
-    if options.contains_key("cluster") {
+    let shards = number(options, "shards", 1)?;
+    let queue = if options.contains_key("cluster") {
         let seeds: Vec<&str> = url.split(',').filter(|s| !s.is_empty()).collect();
         let client = redis::cluster::ClusterClient::new(seeds).map_err(|e| e.to_string())?;
-        return Queue::on_cluster(client, name)
-            .await
-            .map_err(|e| e.to_string());
-    }
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    Queue::new(client, name).await.map_err(|e| e.to_string())
+        Queue::on_cluster(client, name).await
+    } else {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        Queue::new(client, name).await
+    };
+    queue
+        .and_then(|q| q.with_shards(usize::try_from(shards).unwrap_or(usize::MAX)))
+        .map_err(|e| e.to_string())
 }
 
 /// Runs started and the most handlers running at once, for the summary.
@@ -360,7 +368,11 @@ async fn run_worker(
         }
     };
     queue.ensure_group().await.map_err(|e| e.to_string())?;
-    let dead_key = format!("{{{}}}:dead", queue.name());
+    let dead_keys: Vec<String> = queue
+        .shards()
+        .iter()
+        .map(|tag| format!("{{{tag}}}:dead"))
+        .collect();
     let worker = Worker::new(queue, handler, worker_options);
     let handle = worker.handle();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -378,7 +390,7 @@ async fn run_worker(
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                if finished(&conn, &done, &dead_key).await >= n {
+                if finished(&conn, &done, &dead_keys).await >= n {
                     on_count.close();
                     return;
                 }
@@ -409,17 +421,29 @@ async fn ran_until(
     }
 }
 
-/// `HLEN <done> + ZCARD <dead>`; 0 while a failover refuses them (the next
-/// poll asks again).
-async fn finished(conn: &QueueConnection, done: &str, dead: &str) -> u64 {
+/// `HLEN <done>` plus `ZCARD` of each shard's dead set; 0 while a failover
+/// refuses them (the next poll asks again).
+async fn finished(conn: &QueueConnection, done: &str, dead: &[String]) -> u64 {
     let mut conn = conn.clone();
-    // Two commands, not a pipeline: the keys may hash to different slots.
-    let done: redis::RedisResult<u64> = redis::cmd("HLEN").arg(done).query_async(&mut conn).await;
-    let dead: redis::RedisResult<u64> = redis::cmd("ZCARD").arg(dead).query_async(&mut conn).await;
-    match (done, dead) {
-        (Ok(done), Ok(dead)) => done + dead,
-        _ => 0,
+    // One command each, not a pipeline: the keys may hash to different slots.
+    let Ok(mut sum) = redis::cmd("HLEN")
+        .arg(done)
+        .query_async::<u64>(&mut conn)
+        .await
+    else {
+        return 0;
+    };
+    for key in dead {
+        match redis::cmd("ZCARD")
+            .arg(key)
+            .query_async::<u64>(&mut conn)
+            .await
+        {
+            Ok(n) => sum += n,
+            Err(_) => return 0,
+        }
     }
+    sum
 }
 
 async fn add(options: &HashMap<String, String>) -> Result<(), String> {

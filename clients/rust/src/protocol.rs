@@ -46,6 +46,8 @@ pub(crate) const MAX_REPEAT_ID_BYTES: usize = number(CONSTANTS, "max_repeat_id_b
 pub(crate) const MIN_EVERY_MS: u64 = number(CONSTANTS, "min_every_ms");
 /// The longest `every:<ms>`, and the largest jitter.
 pub(crate) const MAX_EVERY_MS: u64 = number(CONSTANTS, "max_every_ms");
+/// The most shards a queue may have.
+pub(crate) const MAX_SHARDS: usize = number(CONSTANTS, "max_shards") as usize;
 /// The longest message kept in `{name}:errors`.
 pub(crate) const MAX_ERROR_BYTES: usize = number(CONSTANTS, "max_error_bytes") as usize;
 /// Jobs per transaction of `add_many`.
@@ -189,6 +191,7 @@ mod tests {
             ("max_repeat_id_bytes", MAX_REPEAT_ID_BYTES.to_string()),
             ("min_every_ms", MIN_EVERY_MS.to_string()),
             ("max_every_ms", MAX_EVERY_MS.to_string()),
+            ("max_shards", MAX_SHARDS.to_string()),
             ("default_backoff", DEFAULT_BACKOFF.to_string()),
             ("default_lease_ms", DEFAULT_LEASE_MS.to_string()),
         ] {

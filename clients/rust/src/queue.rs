@@ -159,7 +159,8 @@ impl GroupInfo {
     }
 }
 
-/// A queue: six keys under the hash tag `{name}`.
+/// A queue: six keys under the hash tag `{name}`; or, sharded
+/// ([`Queue::with_shards`]), one logical queue over N such sub-queues.
 #[derive(Clone)]
 pub struct Queue {
     pub(crate) backend: Backend,
@@ -169,6 +170,11 @@ pub struct Queue {
     /// Set once this `Queue` (or a clone) has made the stream and the
     /// workers' group: see [`Queue::ensure_group`] and [`Queue::add`].
     pub(crate) stream_made: Arc<AtomicBool>,
+    /// The shards' tags (`[name]` for a queue of one shard).
+    pub(crate) tags: Arc<Vec<String>>,
+    /// Each shard as a queue of one shard (whose `name` is its tag); empty
+    /// for a queue of one shard, which is its own shard 0.
+    pub(crate) views: Arc<Vec<Queue>>,
 }
 
 #[derive(Clone, Debug)]
@@ -336,6 +342,26 @@ impl QueueConnection {
         }
     }
 
+    /// The same connection for the queue (or shard) `name`: on a cluster
+    /// its keyless commands go to `name`'s slot (a script is loaded where
+    /// the shard's keys are); on one server it is this connection.
+    pub(crate) fn for_queue(&self, name: &str) -> QueueConnection {
+        if !self.is_cluster() {
+            return self.clone();
+        }
+        QueueConnection::wrap(
+            self.shared.backend.clone(),
+            self.current(),
+            name,
+            self.shared.response_timeout,
+        )
+    }
+
+    /// Where this connection's keyless commands go on a cluster.
+    pub(crate) fn route(&self) -> Route {
+        self.shared.route
+    }
+
     fn current(&self) -> Conn {
         self.shared.current.lock().unwrap().clone()
     }
@@ -343,6 +369,18 @@ impl QueueConnection {
     /// Whether this connection leads to a cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.shared.backend, Backend::Cluster(_))
+    }
+
+    /// `cmd` along `route` on a cluster (the one server: as any command).
+    pub(crate) async fn route_on_cluster(
+        &self,
+        cmd: &Cmd,
+        route: RoutingInfo,
+    ) -> RedisResult<Value> {
+        match self.current() {
+            Conn::Cluster(mut conn) => conn.route_command(cmd.clone(), route).await,
+            Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
+        }
     }
 
     async fn check(&self, result: Result<&[Value], &RedisError>) {
@@ -511,9 +549,39 @@ impl Queue {
             keys: Keys::new(&name),
             backend,
             conn,
+            tags: Arc::new(vec![name.clone()]),
             name,
             stream_made: Arc::default(),
+            views: Arc::default(),
         }
+    }
+
+    /// The queue over the shards of `tags` (shard 0 is the queue's own
+    /// tag, so its keys stay `self.keys`).
+    pub(crate) fn set_layout(&mut self, tags: Vec<String>) {
+        self.views = if tags.len() == 1 {
+            Arc::default()
+        } else {
+            let views = tags
+                .iter()
+                .enumerate()
+                .map(|(i, tag)| Queue {
+                    backend: self.backend.clone(),
+                    conn: self.conn.for_queue(tag),
+                    name: tag.clone(),
+                    keys: Keys::new(tag),
+                    stream_made: if i == 0 {
+                        self.stream_made.clone()
+                    } else {
+                        Arc::default()
+                    },
+                    tags: Arc::new(vec![tag.clone()]),
+                    views: Arc::default(),
+                })
+                .collect();
+            Arc::new(views)
+        };
+        self.tags = Arc::new(tags);
     }
 
     /// The queue's name.
@@ -528,8 +596,24 @@ impl Queue {
 
     /// Adds one job and returns its id. With `options.id` set and a job of
     /// that id existing, nothing changes and the id is returned.
+    /// On a sharded queue the job goes to its shard ([`Queue::shard_of`]
+    /// its id, the one given or the one made).
     pub async fn add(&self, payload: impl AsRef<[u8]>, options: AddOptions) -> RedisResult<String> {
         check_options(&options)?;
+        let new_id = new_job_id();
+        let shard = self.shard_of(options.id.as_deref().unwrap_or(&new_id));
+        self.shard(shard)
+            .add_one(payload.as_ref(), options, new_id)
+            .await
+    }
+
+    /// [`Queue::add`] on one shard; `new_id` is the id when none is given.
+    async fn add_one(
+        &self,
+        payload: &[u8],
+        options: AddOptions,
+        new_id: String,
+    ) -> RedisResult<String> {
         let mut conn = self.conn.clone();
         if options.id.is_some() || conn.is_cluster() {
             // On a cluster a job with a new id is added by the script too:
@@ -537,8 +621,8 @@ impl Queue {
             // broken connection, and the script finds the first try's
             // payload and adds nothing, where a transaction would add the
             // job's entry twice (and so run it twice).
-            let id = options.id.clone().unwrap_or_else(new_job_id);
-            let value = envelope::wrap(payload.as_ref(), options.group.as_deref());
+            let id = options.id.clone().unwrap_or(new_id);
+            let value = envelope::wrap(payload, options.group.as_deref());
             let _: i64 = self
                 .resent_on_cluster(|| async {
                     let script = Script::new(ADD_WITH_ID);
@@ -560,12 +644,12 @@ impl Queue {
             return Ok(id);
         }
         self.make_stream_once().await?;
-        let id = new_job_id();
+        let id = new_id;
         let mut pipe = redis::pipe();
         // The errors inside EXEC's reply as values: which command was
         // refused says which payload to take back.
         pipe.atomic().ignore_errors();
-        self.push_add(&mut pipe, &id, payload.as_ref(), &options);
+        self.push_add(&mut pipe, &id, payload, &options);
         let replies: Value = pipe.query_async(&mut conn).await?;
         self.take_back_refused(refused_new_ids(&replies, [Some(id.as_str())]))
             .await;
@@ -694,23 +778,55 @@ impl Queue {
     }
 
     /// As [`Queue::add_many`], each job with its own [`AddOptions`] (a given
-    /// id makes that job's add idempotent, as in [`Queue::add`]).
+    /// id makes that job's add idempotent, as in [`Queue::add`]). On a
+    /// sharded queue each job goes to its shard: the jobs are grouped by
+    /// shard, in transactions of up to 1,000 jobs of one shard.
     pub async fn add_many_with<P: AsRef<[u8]>>(
         &self,
         jobs: impl IntoIterator<Item = (P, AddOptions)>,
     ) -> RedisResult<Vec<String>> {
         let jobs: Vec<(P, AddOptions)> = jobs.into_iter().collect();
-        let mut ids = Vec::with_capacity(jobs.len());
         if jobs.is_empty() {
-            return Ok(ids);
+            return Ok(Vec::new());
         }
         // Checked before anything is sent: a bad job sends none of them.
         for (_, options) in &jobs {
             check_options(options)?;
         }
+        let ids: Vec<String> = jobs
+            .iter()
+            .map(|(_, o)| o.id.clone().unwrap_or_else(new_job_id))
+            .collect();
+        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); self.tags.len()];
+        for (i, id) in ids.iter().enumerate() {
+            by_shard[self.shard_of(id)].push(i);
+        }
+        for (shard, indices) in by_shard.into_iter().enumerate() {
+            if indices.is_empty() {
+                continue;
+            }
+            let part: Vec<(&[u8], &AddOptions)> = indices
+                .iter()
+                .map(|&i| (jobs[i].0.as_ref(), &jobs[i].1))
+                .collect();
+            let part_ids: Vec<String> = indices.iter().map(|&i| ids[i].clone()).collect();
+            self.shard(shard)
+                .add_many_of_shard(&part, &part_ids)
+                .await?;
+        }
+        Ok(ids)
+    }
+
+    /// [`Queue::add_many_with`] on one shard, the ids chosen (a job with
+    /// `id: None` has a new one).
+    async fn add_many_of_shard(
+        &self,
+        jobs: &[(&[u8], &AddOptions)],
+        ids: &[String],
+    ) -> RedisResult<()> {
         let script = Script::new(ADD_WITH_ID);
         if self.conn.is_cluster() {
-            return self.add_many_on_cluster(&script, &jobs).await;
+            return self.add_many_on_cluster(&script, jobs, ids).await;
         }
         if jobs.iter().any(|(_, o)| o.id.is_none()) {
             self.make_stream_once().await?;
@@ -722,19 +838,13 @@ impl Queue {
             // Loaded before the transactions, so EVALSHA inside them finds it.
             pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_WITH_ID).ignore();
         }
-        for chunk in jobs.chunks(ADD_BATCH) {
+        for (chunk, chunk_ids) in jobs.chunks(ADD_BATCH).zip(ids.chunks(ADD_BATCH)) {
             pipe.cmd("MULTI").ignore();
-            for (payload, options) in chunk {
-                match &options.id {
-                    Some(id) => {
-                        self.push_add_with_id(&mut pipe, &script, id, payload.as_ref(), options);
-                        ids.push(id.clone());
-                    }
-                    None => {
-                        let id = new_job_id();
-                        self.push_add(&mut pipe, &id, payload.as_ref(), options);
-                        ids.push(id);
-                    }
+            for ((payload, options), id) in chunk.iter().zip(chunk_ids) {
+                if options.id.is_some() {
+                    self.push_add_with_id(&mut pipe, &script, id, payload, options);
+                } else {
+                    self.push_add(&mut pipe, id, payload, options);
                 }
             }
             pipe.cmd("EXEC");
@@ -761,7 +871,7 @@ impl Queue {
         for reply in replies {
             exec_error(reply)?;
         }
-        Ok(ids)
+        Ok(())
     }
 
     /// [`Queue::add_many_with`] on a cluster: a pipeline per 1,000 jobs,
@@ -774,21 +884,18 @@ impl Queue {
     /// the `MULTI` goes wherever the transaction goes, so `EVALSHA` finds it
     /// on a primary that has just taken over, and the `MULTI` keeps an
     /// `ASKING` in force for the whole transaction while the slot migrates.
-    async fn add_many_on_cluster<P: AsRef<[u8]>>(
+    async fn add_many_on_cluster(
         &self,
         script: &Script,
-        jobs: &[(P, AddOptions)],
-    ) -> RedisResult<Vec<String>> {
-        let ids: Vec<String> = jobs
-            .iter()
-            .map(|(_, o)| o.id.clone().unwrap_or_else(new_job_id))
-            .collect();
+        jobs: &[(&[u8], &AddOptions)],
+        ids: &[String],
+    ) -> RedisResult<()> {
         for (chunk, chunk_ids) in jobs.chunks(ADD_BATCH).zip(ids.chunks(ADD_BATCH)) {
             let mut pipe = redis::pipe();
             pipe.cmd("MULTI").ignore();
             pipe.cmd("SCRIPT").arg("LOAD").arg(ADD_WITH_ID).ignore();
             for ((payload, options), id) in chunk.iter().zip(chunk_ids) {
-                self.push_add_with_id(&mut pipe, script, id, payload.as_ref(), options);
+                self.push_add_with_id(&mut pipe, script, id, payload, options);
             }
             pipe.cmd("EXEC");
             let replies: Vec<Value> = self
@@ -798,13 +905,22 @@ impl Queue {
                 exec_error(reply)?;
             }
         }
-        Ok(ids)
+        Ok(())
     }
 
     /// How many jobs are scheduled, due, pending, in flight and dead;
     /// scheduled and due count every group's jobs too ([`Queue::groups`]
     /// has them per group), read after the counts' pipeline.
+    /// On a sharded queue, every shard's figures summed
+    /// ([`Queue::counts_per_shard`] has each shard's).
     pub async fn counts(&self) -> RedisResult<Counts> {
+        if self.sharded() {
+            return self.counts_sharded().await;
+        }
+        self.counts_one().await
+    }
+
+    pub(crate) async fn counts_one(&self) -> RedisResult<Counts> {
         let mut conn = self.conn.clone();
         let now = server_time_ms(&mut conn).await?;
         let k = &self.keys;
@@ -833,7 +949,7 @@ impl Queue {
         }
         let [mut total, mut due, len, in_flight, dead] = nums;
         // The ungrouped jobs (group None) are the schedule's own, counted above.
-        for group in self.groups().await? {
+        for group in self.groups_one(MAX_GROUPS_COUNT).await? {
             if group.group.is_some() {
                 total += group.members;
                 due += group.due;
@@ -865,6 +981,13 @@ impl Queue {
                 format!("page_size must be in 1..={MAX_GROUPS_COUNT}, got {page_size}"),
             ));
         }
+        if self.sharded() {
+            return self.groups_sharded(page_size).await;
+        }
+        self.groups_one(page_size).await
+    }
+
+    pub(crate) async fn groups_one(&self, page_size: u64) -> RedisResult<Vec<GroupInfo>> {
         let mut out = Vec::new();
         let mut cursor = String::from("0");
         loop {
@@ -899,6 +1022,9 @@ impl Queue {
     pub async fn set_group_limit(&self, group: &str, rate: &str, burst: u64) -> RedisResult<()> {
         envelope::check_job_group(group)?;
         check_group_limit(rate, burst)?;
+        if self.sharded() {
+            return self.group_limit_sharded(group, rate, burst).await;
+        }
         self.group_limit(group, &[rate, &burst.to_string()]).await
     }
 
@@ -907,12 +1033,15 @@ impl Queue {
     /// not list the queue). Nothing to remove is no error.
     pub async fn clear_group_limit(&self, group: &str) -> RedisResult<()> {
         envelope::check_job_group(group)?;
-        self.group_limit(group, &["DEFAULT"]).await
+        for shard in self.each_shard() {
+            shard.group_limit(group, &["DEFAULT"]).await?;
+        }
+        Ok(())
     }
 
     /// `ECHO.GROUPLIMIT schedule group words...`: sending it twice sets the
     /// same, so it is sent again on a cluster as the scripts are.
-    async fn group_limit(&self, group: &str, words: &[&str]) -> RedisResult<()> {
+    pub(crate) async fn group_limit(&self, group: &str, words: &[&str]) -> RedisResult<()> {
         let mut command = redis::cmd("ECHO.GROUPLIMIT");
         command.arg(&self.keys.schedule).arg(group).arg(words);
         self.resent_on_cluster(|| async { command.query_async(&mut self.conn.clone()).await })
@@ -920,7 +1049,18 @@ impl Queue {
     }
 
     /// Dead jobs, oldest death first, from position `offset`, at most `count`.
+    /// On a sharded queue, the shards' dead jobs in one order.
     pub async fn dead(&self, offset: u64, count: u64) -> RedisResult<Vec<DeadJob>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        if self.sharded() {
+            return self.dead_sharded(offset, count).await;
+        }
+        self.dead_one(offset, count).await
+    }
+
+    pub(crate) async fn dead_one(&self, offset: u64, count: u64) -> RedisResult<Vec<DeadJob>> {
         if count == 0 {
             return Ok(Vec::new());
         }
@@ -969,7 +1109,19 @@ impl Queue {
     /// was dead. A refused requeue (a `pending` key of another
     /// type, a stream out of IDs) is an error, and the job stays dead with
     /// its attempts and error.
+    ///
+    /// On a sharded queue the job is looked for in its shard, then in the
+    /// others (where a smaller layout put it).
     pub async fn requeue(&self, id: &str) -> RedisResult<bool> {
+        for shard in self.shards_for(id) {
+            if shard.requeue_one(id).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn requeue_one(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
         let moved: i64 = Script::new(REQUEUE)
@@ -992,7 +1144,19 @@ impl Queue {
     /// worker that takes it finds no payload and drops it. A run in flight
     /// writes no trace of it: its failure drops the entry without an
     /// attempt, an error or a retry.
+    ///
+    /// On a sharded queue the job is looked for in its shard, then in the
+    /// others.
     pub async fn remove(&self, id: &str) -> RedisResult<bool> {
+        for shard in self.shards_for(id) {
+            if shard.remove_one(id).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn remove_one(&self, id: &str) -> RedisResult<bool> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
         // MULTI and EXEC as commands of a plain pipeline, the same on the
@@ -1022,7 +1186,16 @@ impl Queue {
 
     /// Deletes the dead jobs that died at least `older_than_ms` ago by the
     /// server's clock (0: all of them). Returns how many.
+    /// On a sharded queue, summed over the shards.
     pub async fn purge_dead(&self, older_than_ms: u64) -> RedisResult<u64> {
+        let mut removed = 0;
+        for shard in self.each_shard() {
+            removed += shard.purge_dead_one(older_than_ms).await?;
+        }
+        Ok(removed)
+    }
+
+    async fn purge_dead_one(&self, older_than_ms: u64) -> RedisResult<u64> {
         let mut conn = self.conn.clone();
         let k = &self.keys;
         Script::new(PURGE_DEAD)

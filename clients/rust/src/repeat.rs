@@ -216,7 +216,19 @@ impl Queue {
         options: RepeatOptions,
     ) -> RedisResult<i64> {
         let words = repeat_words(id, spec, &options)?;
-        let value = envelope::wrap(payload.as_ref(), None);
+        self.shard(self.shard_of(id))
+            .repeat_one(id, spec, payload.as_ref(), &words)
+            .await
+    }
+
+    async fn repeat_one(
+        &self,
+        id: &str,
+        spec: &str,
+        payload: &[u8],
+        words: &[String],
+    ) -> RedisResult<i64> {
+        let value = envelope::wrap(payload, None);
         // The release that moves an occurrence into a missing pending would
         // make it a list.
         self.make_stream_once().await?;
@@ -225,7 +237,7 @@ impl Queue {
             .arg(&self.keys.schedule)
             .arg(id)
             .arg(spec)
-            .arg(&words)
+            .arg(words)
             .arg("PAYLOAD")
             .arg(&self.keys.jobs)
             .arg(value.as_ref());
@@ -244,6 +256,15 @@ impl Queue {
                 "a recurring job's id may not be empty".into(),
             ));
         }
+        for shard in self.shards_for(id) {
+            if shard.unrepeat_one(id).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn unrepeat_one(&self, id: &str) -> RedisResult<bool> {
         let mut command = redis::cmd("ECHO.UNREPEAT");
         command.arg(&self.keys.schedule).arg(id);
         let removed: i64 = self
@@ -254,6 +275,13 @@ impl Queue {
 
     /// The queue's recurring jobs, by id (`ECHO.REPEATS`).
     pub async fn repeats(&self) -> RedisResult<Vec<Repeat>> {
+        if self.sharded() {
+            return self.repeats_sharded().await;
+        }
+        self.repeats_one().await
+    }
+
+    pub(crate) async fn repeats_one(&self) -> RedisResult<Vec<Repeat>> {
         let mut command = redis::cmd("ECHO.REPEATS");
         command.arg(&self.keys.schedule);
         let entries: Vec<Value> = self

@@ -167,9 +167,13 @@ impl WorkerHandle {
 }
 
 /// Runs a handler on the jobs of one queue. See [`Worker::run`].
+///
+/// On a sharded queue ([`Queue::with_shards`]) it works every shard with
+/// one concurrency: each shard has its own reading connection, leases,
+/// takeovers and acknowledgements, and the shards' readers share the slots.
 pub struct Worker {
-    inner: Arc<Inner>,
-    acks: mpsc::UnboundedReceiver<AckMsg>,
+    /// One per shard, shard 0 first.
+    shards: Vec<(Arc<Inner>, mpsc::UnboundedReceiver<AckMsg>)>,
 }
 
 /// A stream entry this worker holds, with the job it names.
@@ -187,8 +191,15 @@ enum AckMsg {
     Flush(oneshot::Sender<()>),
 }
 
+/// One shard's part of a worker (the whole worker on a queue of one shard).
 struct Inner {
+    /// The shard, as a queue of one shard.
     queue: Queue,
+    /// The queue has more than one shard: the reads of
+    /// [`Inner::read_loop_sharded`].
+    sharded: bool,
+    /// The other shards' schedules, which a `RetryAfter` holds too.
+    other_schedules: Vec<String>,
     handler: Handler,
     options: WorkerOptions,
     consumer: String,
@@ -199,10 +210,10 @@ struct Inner {
     /// The server does not promote this queue by itself.
     self_promote: AtomicBool,
     /// `run` has returned: late outcomes are not written.
-    stopped: AtomicBool,
+    stopped: Arc<AtomicBool>,
     /// The shutdown timeout has passed: outcomes refused by a lost
     /// connection are no longer sent again.
-    abandon: AtomicBool,
+    abandon: Arc<AtomicBool>,
     /// Where the next `XAUTOCLAIM` goes on (step 7).
     cursor: Mutex<String>,
     fail_script: Script,
@@ -221,39 +232,56 @@ impl Worker {
         Fut: Future<Output = Result<(), JobError>> + Send + 'static,
     {
         let handler: Handler = Arc::new(move |job| Box::pin(handler(job)));
-        let (acks_tx, acks_rx) = mpsc::unbounded_channel();
-        Worker {
-            inner: Arc::new(Inner {
-                queue,
-                handler,
-                consumer: consumer_name(),
-                slots: Arc::new(Semaphore::new(options.concurrency)),
-                options,
-                held: Mutex::new(HashSet::new()),
-                self_promote: AtomicBool::new(true),
-                stopped: AtomicBool::new(false),
-                abandon: AtomicBool::new(false),
-                cursor: Mutex::new("0-0".into()),
-                fail_script: Script::new(FAIL),
-                success_script: Script::new(SUCCEED),
-                hand_back_script: Script::new(HAND_BACK),
-                close: Arc::new(watch::channel(false).0),
-                acks: acks_tx,
-            }),
-            acks: acks_rx,
-        }
+        let consumer = consumer_name();
+        let slots = Arc::new(Semaphore::new(options.concurrency));
+        let close = Arc::new(watch::channel(false).0);
+        let (stopped, abandon) = (Arc::default(), Arc::default());
+        let shards = queue.each_shard();
+        let schedules: Vec<String> = shards.iter().map(|s| s.keys.schedule.clone()).collect();
+        let sharded = shards.len() > 1;
+        let shards = shards
+            .into_iter()
+            .map(|shard| {
+                let (acks_tx, acks_rx) = mpsc::unbounded_channel();
+                let inner = Inner {
+                    queue: shard.clone(),
+                    sharded,
+                    other_schedules: schedules
+                        .iter()
+                        .filter(|s| **s != shard.keys.schedule)
+                        .cloned()
+                        .collect(),
+                    handler: handler.clone(),
+                    consumer: consumer.clone(),
+                    slots: slots.clone(),
+                    options: options.clone(),
+                    held: Mutex::new(HashSet::new()),
+                    self_promote: AtomicBool::new(true),
+                    stopped: Arc::clone(&stopped),
+                    abandon: Arc::clone(&abandon),
+                    cursor: Mutex::new("0-0".into()),
+                    fail_script: Script::new(FAIL),
+                    success_script: Script::new(SUCCEED),
+                    hand_back_script: Script::new(HAND_BACK),
+                    close: close.clone(),
+                    acks: acks_tx,
+                };
+                (Arc::new(inner), acks_rx)
+            })
+            .collect();
+        Worker { shards }
     }
 
     /// A handle whose [`WorkerHandle::close`] stops this worker.
     pub fn handle(&self) -> WorkerHandle {
         WorkerHandle {
-            close: self.inner.close.clone(),
+            close: self.shards[0].0.close.clone(),
         }
     }
 
     /// This worker's consumer name in the group (`<host>-<pid>-<6 hex>`).
     pub fn consumer(&self) -> &str {
-        &self.inner.consumer
+        &self.shards[0].0.consumer
     }
 
     /// Runs until [`WorkerHandle::close`]: creates the group, then takes,
@@ -261,10 +289,13 @@ impl Worker {
     /// (invalid options, no server, a bad backoff policy); errors while
     /// running are reported on stderr and retried.
     pub async fn run(self) -> RedisResult<()> {
-        let Worker { inner, acks } = self;
+        let Worker { shards } = self;
+        let inner = shards[0].0.clone();
         check_options(&inner.options)?;
         let mut conn = inner.queue.conn.clone();
-        inner.queue.ensure_group().await?;
+        for (shard, _) in &shards {
+            shard.queue.ensure_group().await?;
+        }
         // The policy is checked once here (ECHO.DELAY writes nothing), not
         // in each failure's transaction, where an error would let the rest
         // of the transaction drop the job.
@@ -273,20 +304,33 @@ impl Worker {
             .arg(1)
             .query_async(&mut conn)
             .await?;
-        inner.refresh_queues(&mut conn).await?;
-        // The blocking reads' own connection.
-        let read_conn = QueueConnection::open(
-            &inner.queue.backend,
-            &inner.queue.name,
-            Duration::from_millis(1000) + RESPONSE_TIMEOUT,
-        )
-        .await?;
+        let mut read_conns = Vec::with_capacity(shards.len());
+        for (shard, _) in &shards {
+            shard.refresh_queues(&mut conn).await?;
+            // The blocking reads' own connection, one per shard: a read
+            // blocked on one shard holds no other up.
+            read_conns.push(
+                QueueConnection::open(
+                    &shard.queue.backend,
+                    &shard.queue.name,
+                    Duration::from_millis(1000) + RESPONSE_TIMEOUT,
+                )
+                .await?,
+            );
+        }
 
-        let ack_task = tokio::spawn(inner.clone().ack_loop(acks));
-        let lease_task = tokio::spawn(inner.clone().lease_loop());
-        let queues_task = tokio::spawn(inner.clone().queues_loop());
-
-        inner.clone().read_loop(read_conn).await;
+        let mut ack_tasks = Vec::with_capacity(shards.len());
+        let mut side_tasks = Vec::with_capacity(2 * shards.len());
+        let mut read_tasks = Vec::with_capacity(shards.len());
+        for ((shard, acks), read_conn) in shards.into_iter().zip(read_conns) {
+            ack_tasks.push((shard.clone(), tokio::spawn(shard.clone().ack_loop(acks))));
+            side_tasks.push(tokio::spawn(shard.clone().lease_loop()));
+            side_tasks.push(tokio::spawn(shard.clone().queues_loop()));
+            read_tasks.push(tokio::spawn(shard.read_loop(read_conn)));
+        }
+        for task in read_tasks {
+            let _ = task.await;
+        }
 
         // Wait for the running handlers (they hold the slots, and keep them
         // until their failure is written).
@@ -295,28 +339,46 @@ impl Worker {
         let all = inner.options.concurrency as u32;
         let _ = tokio::time::timeout_at(deadline, inner.slots.acquire_many(all)).await;
         inner.stopped.store(true, Ordering::SeqCst);
-        let (flushed_tx, mut flushed_rx) = oneshot::channel();
-        if inner.acks.send(AckMsg::Flush(flushed_tx)).is_ok()
-            && tokio::time::timeout_at(deadline, &mut flushed_rx)
+        let mut flushed = Vec::with_capacity(ack_tasks.len());
+        for (shard, _) in &ack_tasks {
+            let (flushed_tx, flushed_rx) = oneshot::channel();
+            if shard.acks.send(AckMsg::Flush(flushed_tx)).is_ok() {
+                flushed.push(flushed_rx);
+            }
+        }
+        for mut flushed_rx in flushed {
+            if tokio::time::timeout_at(deadline, &mut flushed_rx)
                 .await
                 .is_err()
-        {
-            // Successes still refused by a lost connection: the attempt on
-            // the wire is the last one.
-            inner.abandon.store(true, Ordering::SeqCst);
-            let _ = flushed_rx.await;
+            {
+                // Successes still refused by a lost connection: the attempt
+                // on the wire is the last one.
+                inner.abandon.store(true, Ordering::SeqCst);
+                let _ = flushed_rx.await;
+            }
         }
         inner.abandon.store(true, Ordering::SeqCst);
-        let _ = ack_task.await;
-        lease_task.abort();
-        queues_task.abort();
+        for (_, task) in ack_tasks {
+            let _ = task.await;
+        }
+        for task in side_tasks {
+            task.abort();
+        }
         Ok(())
     }
 }
 
 impl Queue {
     /// Creates the workers' consumer group (and the stream) when missing.
+    /// On a sharded queue, on every shard.
     pub async fn ensure_group(&self) -> RedisResult<()> {
+        for shard in self.each_shard() {
+            shard.ensure_group_of_shard().await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_group_of_shard(&self) -> RedisResult<()> {
         let mut conn = self.conn.clone();
         let created: RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
@@ -413,6 +475,9 @@ impl Inner {
 
     /// Step 2: take new entries whenever slots are free; step 7 on the way.
     async fn read_loop(self: Arc<Self>, mut conn: QueueConnection) {
+        if self.sharded {
+            return self.read_loop_sharded(conn).await;
+        }
         let takeover_every = Duration::from_millis((self.options.lease_ms / 2).max(1));
         let mut next_takeover = tokio::time::Instant::now();
         while !self.closing() {
@@ -439,7 +504,7 @@ impl Inner {
                 }
             }
             let count = permit.num_permits();
-            let read = self.read(&mut conn, count).await;
+            let read = self.read(&mut conn, count, true).await;
             let (entries, held_until, now) = match read {
                 Ok(read) => read,
                 Err(e) => {
@@ -474,12 +539,143 @@ impl Inner {
         }
     }
 
+    /// Step 2 for one shard of a sharded queue, beside the other shards'
+    /// readers (one task each, sharing the slots). With slots free it takes
+    /// them all and reads without blocking, as many entries as slots; when
+    /// that finds nothing, or no slot is free, it waits for one entry with
+    /// a blocking read that holds no slot, so every shard is waited on at
+    /// once and a job added to any starts at once. That entry then waits
+    /// for a slot in turn with the other shards' (the semaphore serves its
+    /// waiters first come, first served, before a reader can take a freed
+    /// slot without waiting): a shard 10,000 deep cannot keep another's
+    /// job waiting behind its backlog, and a worker holds at most one entry
+    /// per shard beyond its concurrency (leased meanwhile, handed back on
+    /// close).
+    async fn read_loop_sharded(self: Arc<Self>, mut conn: QueueConnection) {
+        let takeover_every = Duration::from_millis((self.options.lease_ms / 2).max(1));
+        let mut next_takeover = tokio::time::Instant::now();
+        while !self.closing() {
+            let free = self.slots.available_permits();
+            let mut permit = match free {
+                0 => None,
+                free => self.slots.clone().try_acquire_many_owned(free as u32).ok(),
+            };
+            let takeover_due = tokio::time::Instant::now() >= next_takeover;
+            if permit.is_none() && takeover_due {
+                // A busy worker takes over too: it waits its turn for a slot,
+                // as an entry read does.
+                permit = tokio::select! {
+                    permit = self.slots.clone().acquire_owned() => permit.ok(),
+                    _ = self.closed() => break,
+                };
+            }
+            if let Some(mut permit) = permit {
+                if takeover_due {
+                    next_takeover = tokio::time::Instant::now() + takeover_every;
+                    if let Err(e) = self.take_over(&mut conn, &mut permit).await {
+                        log(&format!("taking over entries failed: {e}"));
+                    }
+                    if permit.num_permits() == 0 || self.closing() {
+                        continue;
+                    }
+                }
+                let count = permit.num_permits();
+                let (entries, held_until, now) = match self.read(&mut conn, count, false).await {
+                    Ok(read) => read,
+                    Err(e) => {
+                        drop(permit);
+                        if !self.read_failed(e).await {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                if !entries.is_empty() {
+                    let unused = permit.num_permits() - entries.len();
+                    drop(permit.split(unused));
+                    if !self
+                        .start_when_released(&mut conn, entries, held_until, now, permit)
+                        .await
+                    {
+                        break;
+                    }
+                    continue;
+                }
+            }
+            let (entries, held_until, now) = match self.read(&mut conn, 1, true).await {
+                Ok(read) => read,
+                Err(e) => {
+                    if !self.read_failed(e).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if entries.is_empty() {
+                continue;
+            }
+            self.hold(&entries);
+            if self.closing() || !self.wait_for_release(&mut conn, held_until, now).await {
+                self.give_back(entries).await;
+                break;
+            }
+            let permit = tokio::select! {
+                permit = self.slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => {
+                        self.give_back(entries).await;
+                        return;
+                    }
+                },
+                _ = self.closed() => {
+                    self.give_back(entries).await;
+                    break;
+                }
+            };
+            self.start(&mut conn, entries, permit).await;
+        }
+    }
+
+    /// The entries of a read, holding a slot each, started once the shard's
+    /// hold is over; false when `close` came first (they are handed back).
+    async fn start_when_released(
+        self: &Arc<Self>,
+        conn: &mut QueueConnection,
+        entries: Vec<Entry>,
+        held_until: i64,
+        now: i64,
+        permit: OwnedSemaphorePermit,
+    ) -> bool {
+        self.hold(&entries);
+        if self.closing() || !self.wait_for_release(conn, held_until, now).await {
+            self.give_back(entries).await;
+            return false;
+        }
+        self.start(conn, entries, permit).await;
+        true
+    }
+
+    /// A read refused: reported, then a second's pause (false when `close`
+    /// came first), and the stream and its group made again in case they
+    /// were deleted.
+    async fn read_failed(&self, e: RedisError) -> bool {
+        log(&format!("reading {} failed: {e}", self.queue.keys.pending));
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = self.closed() => return false,
+        }
+        let _ = self.queue.ensure_group().await;
+        true
+    }
+
     /// One read: `[ECHO.PROMOTE,] XREADGROUP, ECHO.LIMITS, TIME`, pipelined.
     /// Returns the entries, the hold's end and the server's time (ms).
+    /// Without `block` the read answers at once, with what the stream has.
     async fn read(
         &self,
         conn: &mut QueueConnection,
         count: usize,
+        block: bool,
     ) -> RedisResult<(Vec<Entry>, i64, i64)> {
         let keys = &self.queue.keys;
         let self_promote = self.self_promote.load(Ordering::Relaxed);
@@ -499,12 +695,11 @@ impl Inner {
             .arg(GROUP)
             .arg(&self.consumer)
             .arg("COUNT")
-            .arg(count)
-            .arg("BLOCK")
-            .arg(block_ms)
-            .arg("STREAMS")
-            .arg(&keys.pending)
-            .arg(">");
+            .arg(count);
+        if block {
+            xreadgroup.arg("BLOCK").arg(block_ms);
+        }
+        xreadgroup.arg("STREAMS").arg(&keys.pending).arg(">");
         let mut limits = redis::cmd("ECHO.LIMITS");
         limits.arg(&keys.schedule);
         let mut replies: Vec<RedisResult<Value>> = if conn.is_cluster() {
@@ -871,6 +1066,9 @@ impl Inner {
             match invocation.invoke_async::<Value>(&mut conn).await {
                 Ok(reply) => {
                     report_failure_reply(id, &reply);
+                    if hold_ms > 0 {
+                        self.hold_other_shards(hold_ms, hold_group).await;
+                    }
                     return;
                 }
                 Err(e) if transient(&e) && !self.abandon.load(Ordering::SeqCst) => {
@@ -884,6 +1082,24 @@ impl Inner {
                     log(&format!("writing the failure of {id} failed: {e}"));
                     return;
                 }
+            }
+        }
+    }
+
+    /// A `RetryAfter` on a sharded queue holds every shard: the job's own
+    /// was held by its failure's script, the others follow
+    /// (`ECHO.HOLD <schedule> <ms> [GROUP <group>]` each). A refusal is
+    /// logged: the failure is written, and the job's own shard is held.
+    async fn hold_other_shards(&self, hold_ms: u64, group: Option<&[u8]>) {
+        let mut conn = self.queue.conn.clone();
+        for schedule in &self.other_schedules {
+            let mut hold = redis::cmd("ECHO.HOLD");
+            hold.arg(schedule).arg(hold_ms);
+            if let Some(group) = group {
+                hold.arg("GROUP").arg(group);
+            }
+            if let Err(e) = hold.query_async::<Value>(&mut conn).await {
+                log(&format!("holding {schedule} failed: {e}"));
             }
         }
     }

@@ -347,3 +347,96 @@ async fn worker_goes_on_through_the_death_of_its_primary() {
 async fn worker_goes_on_through_a_slot_migration() {
     goes_on_through(Move::Migration).await;
 }
+
+// A sharded queue on a cluster: its shards spread over the primaries, each
+// job runs once from whichever primary holds its shard, a RetryAfter holds
+// every shard, and set_limit writes the split limit to every node,
+// replicas included, keeping another queue's entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_queue_spreads_over_the_primaries() {
+    let cluster = Cluster::start();
+    let name = queue_name("sharded");
+    let queue = Queue::on_cluster(cluster_client(&cluster), &name)
+        .await
+        .unwrap()
+        .with_shards(6)
+        .unwrap();
+    let owners: std::collections::HashSet<usize> = queue
+        .shards()
+        .iter()
+        .map(|tag| cluster.owner(cluster.keyslot(&format!("{{{tag}}}"))))
+        .collect();
+    assert!(owners.len() > 1, "six shards on one primary: {owners:?}");
+    let ids = queue
+        .add_many((0..600).map(|i| format!("p{i}")))
+        .await
+        .unwrap();
+    queue
+        .add(
+            b"f",
+            AddOptions {
+                id: Some("one-f".into()),
+                ..AddOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(queue.counts().await.unwrap().pending, 601);
+
+    let runs: Runs = Arc::default();
+    let options = WorkerOptions {
+        concurrency: 10,
+        backoff: "fixed:0".into(),
+        ..WorkerOptions::default()
+    };
+    let worker = Worker::new(queue.clone(), counting(runs.clone()), options);
+    let (handle, task) = start_worker(worker);
+    eventually("every job done", LONG, || async {
+        queue.counts().await.unwrap() == Counts::default()
+    })
+    .await;
+    stop(handle, task).await;
+    {
+        let runs = runs.lock().unwrap();
+        assert_eq!(runs.len(), 601);
+        assert_eq!(runs["one-f"], 2, "failed once, then done");
+        assert!(ids.iter().all(|id| runs[id] == 1));
+    }
+
+    for i in 0..cluster.nodes.len() {
+        let _: () = q!(
+            &mut cluster.conn(i),
+            "CONFIG",
+            "SET",
+            "echomq.release-limits",
+            "{other}:schedule 5/s 1"
+        );
+    }
+    queue.set_limit("500/s", 50).await.unwrap();
+    for i in 0..cluster.nodes.len() {
+        let reply: Vec<String> = q!(
+            &mut cluster.conn(i),
+            "CONFIG",
+            "GET",
+            "echomq.release-limits"
+        );
+        let mut want = vec!["{other}:schedule 5/s 1".to_string()];
+        want.extend(
+            queue
+                .shards()
+                .iter()
+                .map(|t| format!("{{{t}}}:schedule 5000/m 9")),
+        );
+        assert_eq!(reply[1], want.join(" "), "node {i}");
+    }
+    queue.clear_limit().await.unwrap();
+    for i in 0..cluster.nodes.len() {
+        let reply: Vec<String> = q!(
+            &mut cluster.conn(i),
+            "CONFIG",
+            "GET",
+            "echomq.release-limits"
+        );
+        assert_eq!(reply[1], "{other}:schedule 5/s 1", "node {i}");
+    }
+}

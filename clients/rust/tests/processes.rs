@@ -419,3 +419,73 @@ fn a_job_that_kills_its_workers_ends_dead() {
     next.signal("TERM");
     assert!(next.wait(LONG).success());
 }
+
+// `--shards N` on the crossworker's commands: `add` puts each job in its
+// shard, `work --jobs` counts every shard's dead set, `dead`, `requeue`
+// and `purge` see the whole queue.
+#[test]
+fn crossworker_works_a_sharded_queue() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let queue = queue_name("shardcli");
+    let shards = ["--shards", "3"];
+    let out = crossworker_output(
+        &server,
+        &[
+            "add",
+            "--queue",
+            &queue,
+            "--count",
+            "30",
+            "--id-prefix",
+            "s-",
+            "--shards",
+            "3",
+        ],
+    );
+    let tags = echomq_client::shard_tags(&queue, 3);
+    for id in out.lines() {
+        let tag = &tags[echomq_client::shard_of(id, 3)];
+        assert!(
+            conn.hexists::<_, _, bool>(format!("{{{tag}}}:jobs"), id)
+                .unwrap(),
+            "{id}"
+        );
+    }
+    let done = format!("{queue}-done");
+    let mut worker = WorkerProcess::start(
+        &server,
+        &queue,
+        &[
+            "--done",
+            &done,
+            "--jobs",
+            "30",
+            "--fail-first",
+            "1",
+            "--max-attempts",
+            "1",
+            "--shards",
+            "3",
+        ],
+    );
+    // Ids ending in an odd digit fail their only attempt: 15 done, 15 dead,
+    // over every shard; `--jobs 30` closes the worker.
+    assert!(worker.wait(LONG).success());
+    assert_eq!(conn.hlen::<_, u64>(&done).unwrap(), 15);
+    let dead = crossworker_output(
+        &server,
+        &[&["dead", "--queue", &queue][..], &shards].concat(),
+    );
+    assert_eq!(dead.lines().count(), 15, "{dead}");
+    let requeued = crossworker_output(
+        &server,
+        &[&["requeue", "--queue", &queue, "--id", "s-1"][..], &shards].concat(),
+    );
+    assert_eq!(requeued.trim(), "true");
+    let purged = crossworker_output(
+        &server,
+        &[&["purge", "--queue", &queue][..], &shards].concat(),
+    );
+    assert_eq!(purged.trim(), "14");
+}
