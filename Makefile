@@ -2,7 +2,7 @@
 # `make` alone (or `make help`) lists the targets and settings.
 SHELL := /bin/bash
 CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
-# scripts/run-suites.sh and the tests that build an example call the same cargo.
+# scripts/test-binaries.sh and the tests that build an example call the same cargo.
 export CARGO
 MODULE := target/release/libechomq.so
 .DEFAULT_GOAL := help
@@ -108,9 +108,10 @@ test: build ## Run every test against real servers (and Redis 7 when installed)
 # docs' sessions and installs the libraries (pip, npm, cargo), which one
 # version's run in make test covers. Beside the module suite, each version
 # runs the failover and workers suites of the client libraries' workers
-# (clients/tests/failover.rs and workers.rs, tests of the echomq-client-tests
-# package, so a second cargo test with -p), counted in the same passed/FAILED
-# line.
+# (clients/tests/failover.rs and workers.rs), counted in the same
+# passed/FAILED line. A version's suites run side by side, as make test's do
+# (scripts/test-pool.sh, TEST_JOBS at once), from the binaries of make test's
+# build.
 MODULE_SUITES := $(patsubst tests/%.rs,%,$(sort $(filter-out tests/docs_sessions.rs,$(wildcard tests/*.rs))))
 ## the suites make test-matrix runs on each version
 MATRIX_SUITES ?= $(MODULE_SUITES)
@@ -134,10 +135,9 @@ test-matrix: build ## Run the module suite and the libraries' failover and worke
 	  echo "== Valkey $$version: $$server"; \
 	  started=$$(date +%s); \
 	  result=passed; \
-	  ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli bash scripts/run-suites.sh . $(MATRIX_SUITES) || result=FAILED; \
-	  if [ -n "$(MATRIX_CLIENT_SUITES)" ]; then \
-	    ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli bash scripts/run-suites.sh clients/tests $(MATRIX_CLIENT_SUITES) || result=FAILED; \
-	  fi; \
+	  ONLY="$(patsubst %,.:%,$(MATRIX_SUITES)) $(patsubst %,clients/tests:%,$(MATRIX_CLIENT_SUITES))" \
+	    bash scripts/test-plan.sh > target/test-matrix-plan.tsv || exit 1; \
+	  ECHOMQ_SERVER=$$server ECHOMQ_CLI=$$cli bash scripts/test-pool.sh -j $(TEST_JOBS) < target/test-matrix-plan.tsv || result=FAILED; \
 	  [ $$result = passed ] || failed="$$failed $$version"; \
 	  summary="$$summary$$(printf '\n  Valkey %-8s %-6s in %ss' $$version $$result $$(( $$(date +%s) - started )))"; \
 	done; \

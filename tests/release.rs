@@ -80,7 +80,7 @@ type Samples = Vec<(i64, u64)>;
 /// MULTI. Samples at the first TIME, and the latest server time each call's
 /// releases may have happened at, for the bound: the next call's first TIME
 /// (the server runs it after this call ended), the last call's second TIME
-/// + 1 ms. Not this call's second TIME: on Valkey both TIMEs are the MULTI's
+/// plus 1 ms. Not this call's second TIME: on Valkey both TIMEs are the MULTI's
 /// frozen command time, and the wall clock the limit reads passes it by as
 /// long as the server is kept off the CPU mid-MULTI (more than a
 /// millisecond on a loaded machine).

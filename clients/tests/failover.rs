@@ -54,6 +54,10 @@ struct Plan {
     sleep_ms: u64,
     concurrency: u32,
     lease_ms: u64,
+    /// `--fail-first`: `job-<i>` fails its first `i % (fail_first + 1)` attempts.
+    fail_first: u64,
+    /// `--shards`: the queue's shards (1: a queue of one hash tag).
+    shards: usize,
 }
 
 /// The plan of the short runs: a 3 s lease, well above a 20 ms job, so no
@@ -62,6 +66,8 @@ const PLAN: Plan = Plan {
     sleep_ms: 20,
     concurrency: 2,
     lease_ms: 3000,
+    fail_first: 1,
+    shards: 1,
 };
 
 /// Where a worker connects: a cluster through a seed node (`--cluster`), or
@@ -142,10 +148,12 @@ impl Working {
             At::Plain(url) => (url, false),
         };
         let done = key(queue, "done");
-        let (sleep_ms, concurrency, lease) = (
+        let (sleep_ms, concurrency, lease, fail_first, shards) = (
             plan.sleep_ms.to_string(),
             plan.concurrency.to_string(),
             plan.lease_ms.to_string(),
+            plan.fail_first.to_string(),
+            plan.shards.to_string(),
         );
         let mut args = vec![
             "work",
@@ -157,7 +165,7 @@ impl Working {
             &done,
             "--log-takes",
             "--fail-first",
-            "1",
+            &fail_first,
             "--backoff",
             "fixed:30",
             "--max-attempts",
@@ -176,6 +184,9 @@ impl Working {
         ];
         if cluster {
             args.push("--cluster");
+        }
+        if plan.shards > 1 {
+            args.extend(["--shards", &shards]);
         }
         let mut child = crossworker(lang, &args)
             .env("PYTHONUNBUFFERED", "1")
@@ -514,8 +525,13 @@ fn in_flight_on(con: &mut Connection, queue: &str) -> HashSet<String> {
 /// served) and returns the jobs in flight there. Nothing is delivered or
 /// acknowledged on it after this.
 fn pause_and_read_in_flight(con: &mut Connection, queue: &str) -> HashSet<String> {
+    pause_and_read_in_flight_of(con, &[queue])
+}
+
+/// [`pause_and_read_in_flight`] of several queues (the shards a node owns).
+fn pause_and_read_in_flight_of(con: &mut Connection, queues: &[&str]) -> HashSet<String> {
     let _: () = q!(con, "CLIENT", "PAUSE", 20_000, "WRITE");
-    in_flight_on(con, queue)
+    queues.iter().flat_map(|q| in_flight_on(con, q)).collect()
 }
 
 fn role(con: &mut Connection) -> Result<String, String> {
@@ -1130,7 +1146,7 @@ fn long_run_through(test: &str, queue: &str, cluster: &Cluster, moves: &[Move], 
             }
             Move::Failover { force } => {
                 let r = cluster.replica_of(owner);
-                (r, failover_move(cluster, queue, owner, r, force))
+                (r, failover_move(cluster, &[queue], owner, r, force))
             }
         };
         wait_until("the slot is the target's", Duration::from_secs(60), || {
@@ -1262,13 +1278,13 @@ fn legacy_move(
 /// primary's writes paused first; returns the jobs in flight at the pause.
 fn failover_move(
     cluster: &Cluster,
-    queue: &str,
+    queues: &[&str],
     primary: usize,
     r: usize,
     force: bool,
 ) -> HashSet<String> {
     let (mut on_p, mut on_r) = (cluster.conn(primary), cluster.conn(r));
-    let in_flight = pause_and_read_in_flight(&mut on_p, queue);
+    let in_flight = pause_and_read_in_flight_of(&mut on_p, queues);
     if force {
         // FORCE elects the replica without asking the primary for its
         // offset: it must have everything first.
@@ -1395,6 +1411,7 @@ fn workers_on_plain_connections_lose_a_resharded_queue_and_fresh_ones_finish_it(
         // well above the longest job, so a live worker's entry is never
         // taken over, on a loaded machine too
         lease_ms: 2000,
+        ..PLAN
     };
 
     // 20 jobs due at once, then one every 12 ms over 2.4 s: with the
@@ -1486,4 +1503,315 @@ fn workers_on_plain_connections_lose_a_resharded_queue_and_fresh_ones_finish_it(
         assert_eq!(moved, 0, "node {}", cluster.port(i));
     }
     assert_no_promote_errors(&cluster);
+}
+
+/// The jobs of the sharded run: `ECHOMQ_SHARDED_JOBS`, else 30,000.
+fn sharded_jobs() -> usize {
+    std::env::var("ECHOMQ_SHARDED_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30_000)
+}
+
+/// A queue name whose six shards lie two on each primary, so both moves
+/// below leave shards of the queue on nodes they do not touch.
+fn spread_queue(cluster: &Cluster, shards: usize) -> String {
+    let primaries = cluster.primaries();
+    (0..100)
+        .map(|i| format!("sharded-{i}"))
+        .find(|name| {
+            let tags = echomq_client::shard_tags(name, shards);
+            primaries.iter().all(|&p| {
+                tags.iter()
+                    .filter(|t| cluster.owner(echomq_client::key_slot(t.as_bytes())) == p)
+                    .count()
+                    == shards / primaries.len()
+            })
+        })
+        .expect("a name with its shards spread evenly")
+}
+
+/// The shards of `tags` whose slot `node` owns.
+fn shards_on<'a>(cluster: &Cluster, tags: &'a [String], node: usize) -> Vec<&'a str> {
+    tags.iter()
+        .filter(|t| cluster.owner(echomq_client::key_slot(t.as_bytes())) == node)
+        .map(String::as_str)
+        .collect()
+}
+
+/// Must-show 2 of issue 26: one queue over six shards (two on each primary
+/// of a 3-primary, 3-replica cluster), `ECHOMQ_SHARDED_JOBS` jobs (30,000)
+/// added half by Python and half by Node.js (Rust when one is missing),
+/// worked by a worker of each language opened on the sharded queue, with a
+/// `CLUSTER FAILOVER` of one primary (two shards) a third of the way in and
+/// a slot migration of a shard on another primary two thirds in (Valkey 9's
+/// atomic one on a 9.x server, else the legacy one). `<p>-<i>` fails its
+/// first `i % 4` attempts of at most 3: a quarter of the jobs never fail, a
+/// quarter fail once, a quarter twice, and a quarter die on their third.
+/// Then: every job done exactly once or dead as its failures say, none lost,
+/// each run as planned; a job run or done more often only if it was in
+/// flight at a switch (counted and reported); every worker alive at the end,
+/// each having taken work after the last switch, and exiting 0 on SIGTERM.
+#[test]
+fn a_sharded_queue_in_three_languages_goes_on_through_a_failover_and_a_migration() {
+    let test = "a_sharded_queue_in_three_languages_goes_on_through_a_failover_and_a_migration";
+    const SHARDS: usize = 6;
+    let langs = langs(test);
+    let n = sharded_jobs() / 2 * 2;
+    let server = common::server_binary();
+    let atomic = versions::valkey_version_of(&server).is_some_and(|(major, ..)| major >= 9);
+    let cluster = Cluster::start();
+    let queue = spread_queue(&cluster, SHARDS);
+    let tags = echomq_client::shard_tags(&queue, SHARDS);
+    let pairs: Vec<String> = tags
+        .iter()
+        .map(|t| format!("{} {}", key(t, "schedule"), key(t, "pending")))
+        .collect();
+    set_everywhere(&cluster, "echomq.auto-promote", &pairs.join(" "));
+    let seed = cluster.nodes[cluster.primaries()[0]].url();
+    let plan = Plan {
+        sleep_ms: 0,
+        concurrency: 8,
+        fail_first: 3,
+        shards: SHARDS,
+        ..PLAN
+    };
+    let started = Instant::now();
+    let mut workers = Working::all(&langs, At::Cluster(&seed), &queue, "", plan);
+    let mut con = cluster.client();
+
+    // Two languages add, each half of the jobs, at once.
+    let producers: Vec<Lang> = [Python, Node]
+        .into_iter()
+        .filter(|l| langs.contains(l))
+        .chain([Rust, Rust])
+        .take(2)
+        .collect();
+    let prefixes = ["p-", "n-"];
+    let adding: Vec<JoinHandle<Vec<String>>> = producers
+        .iter()
+        .zip(prefixes)
+        .map(|(&lang, prefix)| {
+            let (seed, queue) = (seed.clone(), queue.clone());
+            let count = (n / 2).to_string();
+            thread::spawn(move || {
+                let mut args = add_args(&seed, &queue, &count, prefix);
+                args.extend(["--cluster", "--shards", "6"]);
+                run_to_end(lang, &args)
+                    .lines()
+                    .map(str::to_string)
+                    .collect()
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for handle in adding {
+        ids.extend(handle.join().expect("a producer"));
+    }
+    assert_eq!(ids.len(), n, "ids added");
+    let added_s = started.elapsed();
+    let index = |id: &str| -> u64 { id[2..].parse().expect("<p>-<i>") };
+    // Runs planned: i % 4 failures, of 3 attempts at most.
+    let attempts_of = |id: &str| (index(id) % 4 + 1).min(3);
+    let dies = |id: &str| index(id) % 4 == 3;
+    let want_dead: BTreeSet<&str> = ids.iter().map(String::as_str).filter(|i| dies(i)).collect();
+    let want_done = n - want_dead.len();
+    let done_key = key(&queue, "done");
+    let done_now = |con: &mut redis::cluster::ClusterConnection| -> u64 {
+        cmd!("HLEN", &done_key).query(con).unwrap_or(0)
+    };
+    let mut in_flight = HashSet::new();
+
+    // A third of the way in: the failover of the primary of two shards.
+    wait_until("a third done", Duration::from_secs(120), || {
+        let done = done_now(&mut con);
+        (done >= want_done as u64 / 3)
+            .then_some(())
+            .ok_or(format!("{done} done"))
+    });
+    let failed_over = cluster.owner(echomq_client::key_slot(tags[1].as_bytes()));
+    let replica = cluster.replica_of(failed_over);
+    let moved = shards_on(&cluster, &tags, failed_over);
+    in_flight.extend(failover_move(&cluster, &moved, failed_over, replica, false));
+    cluster.wait_stable(Duration::from_secs(60));
+    println!(
+        "{test}: failover of {} ({moved:?}) to {} with {} done",
+        cluster.port(failed_over),
+        cluster.port(replica),
+        done_now(&mut con)
+    );
+
+    // Two thirds in: a shard of another primary migrates to a third one.
+    wait_until("two thirds done", Duration::from_secs(120), || {
+        let done = done_now(&mut con);
+        (done >= want_done as u64 * 2 / 3)
+            .then_some(())
+            .ok_or(format!("{done} done"))
+    });
+    let shard = tags
+        .iter()
+        .find(|t| cluster.owner(echomq_client::key_slot(t.as_bytes())) != replica)
+        .expect("a shard on another primary");
+    let slot = echomq_client::key_slot(shard.as_bytes());
+    let from = cluster.owner(slot);
+    let to = *cluster
+        .primaries()
+        .iter()
+        .find(|&&p| p != from && p != replica)
+        .expect("a third primary");
+    let done_before = done_now(&mut con);
+    in_flight.extend(if atomic {
+        atomic_move(&cluster, slot, shard, from, to)
+    } else {
+        legacy_move(&cluster, slot, shard, from, to)
+    });
+    wait_until("the slot is the target's", Duration::from_secs(60), || {
+        cluster.check_stable()?;
+        (cluster.owner(slot) == to)
+            .then_some(())
+            .ok_or("not yet".to_string())
+    });
+    let switched = server_time_ms(&mut cluster.conn(to));
+    println!(
+        "{test}: {} migration of {shard} (slot {slot}) {} -> {} with {done_before} done",
+        if atomic { "atomic" } else { "legacy" },
+        cluster.port(from),
+        cluster.port(to)
+    );
+    assert!(
+        done_before < want_done as u64,
+        "the queue was done before the migration"
+    );
+
+    // The whole queue done with: every shard on its owner.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut why = String::new();
+    loop {
+        if let Some(w) = workers
+            .iter_mut()
+            .find_map(|w| w.exited().map(|_| w.name.clone()))
+        {
+            why = format!("{w} exited before the queue was done ({why})");
+            break;
+        }
+        match sharded_drained(&mut con, &tags, &done_key, want_done, want_dead.len()) {
+            Ok(()) => {
+                why.clear();
+                break;
+            }
+            Err(e) => why = e,
+        }
+        if Instant::now() > deadline {
+            why = format!("the queue was not done within 4 minutes: {why}");
+            break;
+        }
+        sleep(Duration::from_millis(100));
+    }
+    let outputs: Vec<Output> = workers.iter_mut().map(|w| w.end("TERM")).collect();
+    let report: String = outputs.iter().map(Output::report).collect();
+    assert!(why.is_empty(), "{why}\n{report}");
+    for o in &outputs {
+        assert!(
+            o.status.is_some_and(|s| s.success()) && o.out.contains("summary "),
+            "{} did not exit 0 with a summary on SIGTERM:\n{report}",
+            o.name
+        );
+    }
+    assert_all_went_on(&outputs, switched);
+
+    // Each job: done once, or dead, as planned.
+    let done: BTreeMap<String, u64> = q!(&mut con, "HGETALL", &done_key);
+    let mut dead = BTreeSet::new();
+    for t in &tags {
+        let ids: Vec<String> = q!(&mut con, "ZRANGE", key(t, "dead"), 0, -1);
+        dead.extend(ids);
+    }
+    let want_dead: BTreeSet<String> = want_dead.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        dead, want_dead,
+        "the dead set: the jobs that failed 3 times"
+    );
+    let lost: Vec<&String> = ids
+        .iter()
+        .filter(|i| !done.contains_key(*i) && !dead.contains(*i))
+        .collect();
+    assert!(lost.is_empty(), "lost: {} {lost:?}", lost.len());
+    assert_eq!(done.len(), want_done, "done: only the jobs that do not die");
+    let mut runs: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for o in &outputs {
+        for t in &o.takes {
+            runs.entry(t.job.as_str()).or_default().push(t.attempt);
+        }
+    }
+    let mut reruns = Vec::new();
+    for id in &ids {
+        let mut attempts = runs.get(id.as_str()).cloned().unwrap_or_default();
+        attempts.sort();
+        let planned: Vec<u64> = (1..=attempts_of(id)).collect();
+        let times = done.get(id).copied().unwrap_or(0);
+        if attempts == planned && times <= 1 {
+            continue;
+        }
+        assert!(
+            in_flight.contains(id),
+            "{id}: runs {attempts:?}, planned {planned:?}, done {times} times, and it was \
+             not in flight at a switch"
+        );
+        assert!(attempts.len() >= planned.len(), "{id}: runs {attempts:?}");
+        reruns.push(id.clone());
+    }
+    let per_worker: Vec<(String, usize)> = outputs
+        .iter()
+        .map(|o| (o.name.clone(), o.takes.len()))
+        .collect();
+    println!(
+        "{test}: {n} jobs over {SHARDS} shards added in {added_s:?} by {producers:?}; \
+         {want_done} done, {} dead; {} in flight at the switches, {} run again ({reruns:?}); \
+         takes per worker {per_worker:?}; {:?} in all",
+        dead.len(),
+        in_flight.len(),
+        reruns.len(),
+        started.elapsed()
+    );
+}
+
+/// Whether every shard of the queue is done with: `done` jobs counted,
+/// `dead` dead, no other payload left, nothing scheduled, in a stream or
+/// unacknowledged.
+fn sharded_drained(
+    con: &mut redis::cluster::ClusterConnection,
+    tags: &[String],
+    done_key: &str,
+    done: usize,
+    dead: usize,
+) -> Result<(), String> {
+    let ask = |con: &mut redis::cluster::ClusterConnection, c: redis::Cmd| -> Result<i64, String> {
+        c.query(con).map_err(|e| e.to_string())
+    };
+    let counted = ask(con, cmd!("HLEN", done_key))?;
+    let (mut jobs, mut dead_now, mut scheduled, mut len, mut unacked) = (0, 0, 0, 0, 0);
+    for t in tags {
+        jobs += ask(con, cmd!("HLEN", key(t, "jobs")))?;
+        dead_now += ask(con, cmd!("ZCARD", key(t, "dead")))?;
+        scheduled += ask(con, cmd!("ZCARD", key(t, "schedule")))?;
+        len += ask(con, cmd!("XLEN", key(t, "pending")))?;
+        let summary: Vec<Value> = cmd!("XPENDING", key(t, "pending"), "workers")
+            .query(con)
+            .map_err(|e| e.to_string())?;
+        unacked += match summary.first() {
+            Some(Value::Int(k)) => *k,
+            other => return Err(format!("XPENDING {other:?}")),
+        };
+    }
+    (counted == done as i64
+        && dead_now == dead as i64
+        && jobs == dead as i64
+        && scheduled == 0
+        && len == 0
+        && unacked == 0)
+        .then_some(())
+        .ok_or(format!(
+            "{counted} of {done} done, {dead_now} of {dead} dead, {jobs} payloads, \
+             {scheduled} scheduled, {len} in the streams, {unacked} unacknowledged"
+        ))
 }
