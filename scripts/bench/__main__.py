@@ -60,6 +60,10 @@ def main():
                     "(default 10; longer lets arrival order finish them)")
     ap.add_argument("--cluster-rounds", type=int, default=0,
                     help="cluster: rounds, each layout once per round (default 3, 2 with --quick)")
+    ap.add_argument("--cluster-workers", type=int, default=0,
+                    help="cluster: worker processes, the same in both layouts (default 2)")
+    ap.add_argument("--cluster-concurrency", type=int, default=0,
+                    help="cluster: each worker process's concurrency (default 50)")
     ap.add_argument("--groups-old-module", default="",
                     help="groups: a module build to compare the release lanes and the ungrouped "
                     "empty promote with (started on a server of its own, beside this build's)")
@@ -97,6 +101,7 @@ def main():
     b.tenants_rounds, b.tenants_lanes = a.tenants_rounds, a.tenants_lanes
     b.tenants_grace = a.tenants_grace
     b.cluster_rounds = a.cluster_rounds
+    b.cluster_workers, b.cluster_concurrency = a.cluster_workers, a.cluster_concurrency
     b.servers, b.modules = a.servers, a.modules
     b.adaptive_window_ms = a.adaptive_window_ms
     b.adaptive_failure_percent = a.adaptive_failure_percent

@@ -21,8 +21,8 @@ the same primary as the 3-shard layout's shard 0.
 A run, with the cluster flushed before it: clients/node's crossworker adds
 N jobs (30,000; 6,000 with --quick) with addMany over the layout's shards
 (`add --cluster --shards S`), generated ids, so about N/3 on each shard
-at 3 shards; then WORKERS worker processes (`work --cluster --shards S
---concurrency CONCURRENCY`, empty handler, no --done: its HINCRBY per job
+at 3 shards; then WORKERS (2) worker processes (`work --cluster --shards S
+--concurrency CONCURRENCY` (50), empty handler, no --done: its HINCRBY per job
 would land on one primary and skew the split) start together. The fill is
 not measured. From before the workers start until the shards' pending
 streams are empty (XLEN summed, polled every 5 ms; a job's entry is deleted
@@ -64,8 +64,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CROSSWORKER = os.path.join(ROOT, "clients", "node", "test", "crossworker.mjs")
 RANGES = [(0, 5460), (5461, 10922), (10923, 16383)]
 LAYOUTS = [1, 3]
-WORKERS = 2          # worker processes, the same in both layouts
-CONCURRENCY = 50     # each process's, as the clients section's
+WORKERS = 2          # worker processes, the same in both layouts (--cluster-workers)
+CONCURRENCY = 50     # each process's, as the clients section's (--cluster-concurrency)
 JOBS, QUICK_JOBS = 30_000, 6_000
 POLL_S = 0.005
 SPLIT_TOLERANCE = 0.15
@@ -161,8 +161,9 @@ class Node:
         return False
 
     def cpu_s(self):
+        """(user, sys) CPU seconds of the server process."""
         i = info(self.c, "cpu")
-        return float(i["used_cpu_user"]) + float(i["used_cpu_sys"])
+        return float(i["used_cpu_user"]), float(i["used_cpu_sys"])
 
     def stop(self):
         """Stops this node's server, by its pid."""
@@ -223,7 +224,7 @@ def wait_ready(procs):
                     waiting.discard(p)
 
 
-def one_run(node, nodes, seeds, queue, tags, shards, n, cmds):
+def one_run(node, nodes, seeds, queue, tags, shards, n, cmds, workers, concurrency):
     for x in nodes:
         x.c.call("FLUSHALL", "SYNC")
     base = [node, CROSSWORKER]
@@ -241,13 +242,13 @@ def one_run(node, nodes, seeds, queue, tags, shards, n, cmds):
     served = [0] * len(nodes)
     for (x, _), jobs in zip(pend, per_shard):
         served[nodes.index(x)] += jobs
-    work = base + ["work"] + common + ["--concurrency", str(CONCURRENCY)]
+    work = base + ["work"] + common + ["--concurrency", str(concurrency)]
     cmds["add %d" % shards], cmds["work %d" % shards] = add, work
     for x in nodes:
         x.c.call("CONFIG", "RESETSTAT")
     cpu0 = [x.cpu_s() for x in nodes]
     procs = [subprocess.Popen(work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL) for _ in range(WORKERS)]
+                              stderr=subprocess.DEVNULL) for _ in range(workers)]
     try:
         first = None  # (time, jobs left) at the first poll that saw a job done
         deadline = time.monotonic() + WORK_S
@@ -275,7 +276,9 @@ def one_run(node, nodes, seeds, queue, tags, shards, n, cmds):
             p.stdout.close()
     t0, left0 = first
     return {"rate": left0 / (t - t0) if t > t0 else float("nan"),
-            "cpu_s": [b - a for a, b in zip(cpu0, cpu1)], "served": served,
+            "cpu_s": [sum(b) - sum(a) for a, b in zip(cpu0, cpu1)], "served": served,
+            # the kernel's share: where a smaller batch per wake-up of each server shows
+            "sys_s": sum(b[1] - a[1] for a, b in zip(cpu0, cpu1)),
             # calls per job of the run, every primary's summed: what a smaller batch per shard costs
             "calls": {name: sum(st.get(name, (0, 0))[0] for st in stats) / n
                       for name in set().union(*stats) if name not in ("info", "config", "xlen")}}
@@ -296,6 +299,8 @@ def run(bench):
     module = os.environ.get("ECHOMQ_MODULE")
     n = QUICK_JOBS if bench.quick else JOBS
     rounds = bench.cluster_rounds or (2 if bench.quick else 3)
+    workers = bench.cluster_workers or WORKERS
+    concurrency = bench.cluster_concurrency or CONCURRENCY
     parent = tempfile.mkdtemp(prefix="echomq-bench-cluster.")
     nodes = []
     # SIGTERM from bench.sh is an exit (__main__), so the finally below stops the nodes
@@ -312,11 +317,11 @@ def run(bench):
         cmds = {}
         results = {s: [] for s in LAYOUTS}
         for s in LAYOUTS:  # warm-up: node's and the servers' caches, not recorded
-            one_run(node, nodes, seeds, queue, tags, s, n, cmds)
+            one_run(node, nodes, seeds, queue, tags, s, n, cmds, workers, concurrency)
         for r in range(rounds):
             order = LAYOUTS if r % 2 == 0 else LAYOUTS[::-1]
             for s in order:
-                res = one_run(node, nodes, seeds, queue, tags, s, n, cmds)
+                res = one_run(node, nodes, seeds, queue, tags, s, n, cmds, workers, concurrency)
                 results[s].append(res)
                 print("  cluster round %d/%d, %d shard(s): %.0f jobs/s, CPU µs/job of the run "
                       "per primary %s" % (r + 1, rounds, s, res["rate"], " ".join(
@@ -332,7 +337,7 @@ def run(bench):
     bench.cluster_note = (rounds, n, queue, tags)
     head = ("%s: %s jobs pre-filled, %d Node.js worker processes × concurrency %d, empty "
             "handler; %d rounds, layouts alternating" % (
-                section, "{:,}".format(n), WORKERS, CONCURRENCY, rounds))
+                section, "{:,}".format(n), workers, concurrency, rounds))
 
     one, three = results[1], results[3]
     rate1, rate3 = [x["rate"] for x in one], [x["rate"] for x in three]
@@ -377,6 +382,8 @@ def run(bench):
         calls = {k: med([x["calls"].get(k, 0) for x in res]) for k in names}
         top = ", ".join("%s %.3f" % (k, v) for k, v in
                         sorted(calls.items(), key=lambda kv: -kv[1]) if v >= 0.001)
-        bench.add(head, "%d shard%s: the 3 primaries' server CPU per job, summed [commands per "
-                  "job: %s]" % (s, "" if s == 1 else "s", top), "%.2f" % med(xs), "µs/job",
+        sys_us = med([x["sys_s"] / n * 1e6 for x in res])
+        bench.add(head, "%d shard%s: the 3 primaries' server CPU per job, summed [sys %.2f µs of "
+                  "it; commands per job: %s]" % (s, "" if s == 1 else "s", sys_us, top),
+                  "%.2f" % med(xs), "µs/job",
                   samples=xs, ratio=ratio, fmt="%.2f")
