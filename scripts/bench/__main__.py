@@ -59,7 +59,7 @@ def main():
                     help="tenants: seconds after the last add for the small tenants' jobs "
                     "(default 10; longer lets arrival order finish them)")
     ap.add_argument("--cluster-rounds", type=int, default=0,
-                    help="cluster: rounds, each layout once per round (default 3, 2 with --quick)")
+                    help="cluster: rounds, each layout once per round (default 4, 2 with --quick)")
     ap.add_argument("--cluster-workers", type=int, default=0,
                     help="cluster: worker processes, the same in both layouts (default 2)")
     ap.add_argument("--cluster-concurrency", type=int, default=0,

@@ -32,7 +32,7 @@ poll that saw one done to the poll that saw none left, over that time (the
 workers' node start-up is left out of both layouts). Then the workers get
 SIGTERM (by pid) and are waited for.
 
-Rounds: --cluster-rounds (default 3, 2 with --quick), each one run per
+Rounds: --cluster-rounds (default 4, 2 with --quick), each one run per
 layout, the order alternating (1 then 3, 3 then 1, ...), after one
 unrecorded warm-up run of each layout. Medians over rounds; ratios of the
 medians, and the per-round ratios' range.
@@ -298,7 +298,7 @@ def run(bench):
     binary = os.environ.get("ECHOMQ_SERVER") or shutil.which("valkey-server")
     module = os.environ.get("ECHOMQ_MODULE")
     n = QUICK_JOBS if bench.quick else JOBS
-    rounds = bench.cluster_rounds or (2 if bench.quick else 3)
+    rounds = bench.cluster_rounds or (2 if bench.quick else 4)
     workers = bench.cluster_workers or WORKERS
     concurrency = bench.cluster_concurrency or CONCURRENCY
     parent = tempfile.mkdtemp(prefix="echomq-bench-cluster.")
