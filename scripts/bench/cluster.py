@@ -29,8 +29,15 @@ streams are empty (XLEN summed, polled every 5 ms; a job's entry is deleted
 when it is acknowledged), each primary's INFO cpu used_cpu_user +
 used_cpu_sys delta is its server CPU. jobs/s = the jobs done from the first
 poll that saw one done to the poll that saw none left, over that time (the
-workers' node start-up is left out of both layouts). Then the workers get
-SIGTERM (by pid) and are waited for.
+workers' node start-up is left out of both layouts). The CPU window does
+hold the workers' start-up commands and the servers' own cron and cluster
+bus, in both layouts: an idle primary's CPU over the run bounds them. Then
+the workers get SIGTERM (by pid) and are waited for.
+
+Beside the sums: the kernel's share (used_cpu_sys) and the commands per job
+(INFO commandstats calls, all primaries), which tell a smaller batch per
+shard (more reads, success scripts and housekeeping per job) from a dearer
+job.
 
 Rounds: --cluster-rounds (default 4, 2 with --quick), each one run per
 layout, the order alternating (1 then 3, 3 then 1, ...), after one
