@@ -16,7 +16,9 @@
 # or "--only retry_options,spread": scripts/bench/__main__.py lists the sections;
 # "--only clients" is BullMQ's worker against the client libraries' workers, which
 # installs its Node.js packages into target/bench-node and a Python venv into
-# target/pyenv-clients, and builds echomq-client's bench example).
+# target/pyenv-clients, and builds echomq-client's bench example; "--only cluster"
+# starts a 3-primary cluster of its own beside this server and runs clients/node's
+# crossworker, npm-installing clients/node when it has no node_modules).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -6,7 +6,7 @@ import sys
 
 from . import (auto_promote, clients, future_members, herd, latency, memory, promote_stream,
                promotion, retry_options, spread, throughput, versions, web_scrape, worker_layouts)
-from . import add, groups, herd_first, limits, repeat, tenants
+from . import add, cluster, groups, herd_first, limits, repeat, tenants
 from .harness import DEFAULT_LIST_WORKER, DEFAULT_WEB, DEFAULT_WORKER, Bench, report, run_sections
 from .workloads import workload
 
@@ -24,6 +24,7 @@ SECTIONS.append(("groups", groups))  # the fair release's cost per member, 100,0
 SECTIONS.append(("repeat", repeat))  # recurring jobs: arming at release, memory, the calendar's herd
 SECTIONS.append(("herd_first", herd_first))  # new jobs against the dependency, BullMQ beside
 SECTIONS.append(("tenants", tenants))  # one tenant's 50,000 jobs beside nine small tenants
+SECTIONS.append(("cluster", cluster))  # one queue on 1 and on 3 shards of a 3-primary cluster
 SECTIONS.append(("herd", herd))  # the herd against a dependency, the longest: last
 
 
@@ -57,6 +58,12 @@ def main():
     ap.add_argument("--tenants-grace", type=float, default=0,
                     help="tenants: seconds after the last add for the small tenants' jobs "
                     "(default 10; longer lets arrival order finish them)")
+    ap.add_argument("--cluster-rounds", type=int, default=0,
+                    help="cluster: rounds, each layout once per round (default 4, 2 with --quick)")
+    ap.add_argument("--cluster-workers", type=int, default=0,
+                    help="cluster: worker processes, the same in both layouts (default 2)")
+    ap.add_argument("--cluster-concurrency", type=int, default=0,
+                    help="cluster: each worker process's concurrency (default 50)")
     ap.add_argument("--groups-old-module", default="",
                     help="groups: a module build to compare the release lanes and the ungrouped "
                     "empty promote with (started on a server of its own, beside this build's)")
@@ -93,6 +100,8 @@ def main():
     b.repeat_ab_module = a.repeat_ab_module
     b.tenants_rounds, b.tenants_lanes = a.tenants_rounds, a.tenants_lanes
     b.tenants_grace = a.tenants_grace
+    b.cluster_rounds = a.cluster_rounds
+    b.cluster_workers, b.cluster_concurrency = a.cluster_workers, a.cluster_concurrency
     b.servers, b.modules = a.servers, a.modules
     b.adaptive_window_ms = a.adaptive_window_ms
     b.adaptive_failure_percent = a.adaptive_failure_percent

@@ -260,6 +260,15 @@ def report(b, elapsed):
         print("Tenants: every lane once per round, order rotating, fresh keys; the tenants' quotas and")
         print("the worker threads live in the benchmark process (scripts/bench/tenants.py says how);")
         print("the rounds are written to %s." % b.tenants_json_written)
+    if getattr(b, "cluster_note", None):
+        rounds, n, queue, tags = b.cluster_note
+        print("Cluster: a 3-primary cluster of its own, queue %s (shards %s, each on its own primary);" % (
+            queue, ", ".join(tags)))
+        print("%d rounds (+1 warm-up) of both layouts, order alternating, %d jobs added before the"
+              % (rounds, n))
+        print("workers start; jobs/s from the first to the last completion (XLEN polled every 5 ms);")
+        print("server CPU per primary = INFO cpu user + sys over the workers' run, per job of the run")
+        print("(the goal's ⅓) and per job it served (scripts/bench/cluster.py says how).")
     print()
     print("| section | row | median | min–max (rounds or calls) | unit | server µs/call | ratio | goal |")
     print("|---|---|---:|---:|---|---:|---|---|")
