@@ -308,26 +308,7 @@ fn key(queue: &str, suffix: &str) -> String {
 /// left (`{queue}:jobs` holds the payload of every job not done), nothing
 /// scheduled, in the stream or unacknowledged.
 fn drained(con: &mut Connection, queue: &str, n: usize) -> Result<(), String> {
-    let ask = |con: &mut Connection, c: redis::Cmd| -> Result<i64, String> {
-        c.query(con).map_err(|e| e.to_string())
-    };
-    let done = ask(con, cmd!("HLEN", key(queue, "done")))?;
-    let jobs = ask(con, cmd!("HLEN", key(queue, "jobs")))?;
-    let scheduled = ask(con, cmd!("ZCARD", key(queue, "schedule")))?;
-    let len = ask(con, cmd!("XLEN", key(queue, "pending")))?;
-    let summary: Vec<Value> = cmd!("XPENDING", key(queue, "pending"), "workers")
-        .query(con)
-        .map_err(|e| e.to_string())?;
-    let unacked = match summary.first() {
-        Some(Value::Int(k)) => *k,
-        other => return Err(format!("XPENDING {other:?}")),
-    };
-    (done == n as i64 && jobs == 0 && scheduled == 0 && len == 0 && unacked == 0)
-        .then_some(())
-        .ok_or(format!(
-            "{done} of {n} done, {jobs} jobs left, {scheduled} scheduled, {len} in the \
-             stream, {unacked} unacknowledged"
-        ))
+    sharded_drained(con, &[queue.to_string()], &key(queue, "done"), n, 0)
 }
 
 /// Waits (3 minutes at most) until the queue is drained on `con`, the
@@ -1775,19 +1756,19 @@ fn a_sharded_queue_in_three_languages_goes_on_through_a_failover_and_a_migration
     );
 }
 
-/// Whether every shard of the queue is done with: `done` jobs counted,
-/// `dead` dead, no other payload left, nothing scheduled, in a stream or
-/// unacknowledged.
+/// Whether every shard of the queue (`tags`, one for a queue of one tag)
+/// is done with: `done` jobs counted, `dead` dead, no other payload left,
+/// nothing scheduled, in a stream or unacknowledged.
 fn sharded_drained(
-    con: &mut redis::cluster::ClusterConnection,
+    con: &mut impl redis::ConnectionLike,
     tags: &[String],
     done_key: &str,
     done: usize,
     dead: usize,
 ) -> Result<(), String> {
-    let ask = |con: &mut redis::cluster::ClusterConnection, c: redis::Cmd| -> Result<i64, String> {
+    fn ask(con: &mut impl redis::ConnectionLike, c: redis::Cmd) -> Result<i64, String> {
         c.query(con).map_err(|e| e.to_string())
-    };
+    }
     let counted = ask(con, cmd!("HLEN", done_key))?;
     let (mut jobs, mut dead_now, mut scheduled, mut len, mut unacked) = (0, 0, 0, 0, 0);
     for t in tags {
