@@ -21,6 +21,7 @@ while IFS=$'\t' read -r name weight dir command; do
   names+=("$name") weights+=("$weight") dirs+=("$dir") commands+=("$command")
 done
 
+pool_started=$(date +%s)
 declare -A running=() started=() job_of=()
 used=0 next=0 failed=() times=()
 finish() {
@@ -47,7 +48,7 @@ while [ $next -lt ${#names[@]} ] || [ ${#running[@]} -gt 0 ]; do
   wait -n -p done_pid "${!running[@]}"
   finish "$done_pid" $?
 done
-echo "== test-pool: ${#names[@]} jobs, capacity $capacity; by time:"
+echo "== test-pool: ${#names[@]} jobs in $(( $(date +%s) - pool_started ))s, capacity $capacity; by time:"
 printf '%s\n' "${times[@]}" | sort -rn | awk '{ printf "  %5ss  %-40s %s\n", $1, $2, $3 }'
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test-pool: FAILED: ${failed[*]}"
