@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use common::{eventually, queue_name, server_ms_async, start_worker, stop, Server, LONG};
+use common::{calls, eventually, queue_name, server_ms_async, start_worker, stop, Server, LONG};
 use echomq_client::{
     AddOptions, GroupInfo, Job, JobError, Queue, QueueConnection, Worker, WorkerOptions,
 };
@@ -297,20 +297,6 @@ async fn failed_once(conn: &QueueConnection, name: &str, id: &str) {
         async move { conn.hget::<_, _, Option<u64>>(&attempts, id).await.unwrap() == Some(1) }
     })
     .await;
-}
-
-/// How many times the server ran `command` (INFO commandstats).
-async fn calls(conn: &mut QueueConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let head = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&head))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 /// How many times the server ran ECHO.GROUPLIMIT and ECHO.GROUPS.

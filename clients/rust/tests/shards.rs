@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, queue_name, start_worker, stop, Server, LONG};
+use common::{calls, eventually, queue_name, start_worker, stop, Server, LONG};
 use echomq_client::{
     key_slot, shard_of, shard_tags, AddOptions, Job, JobError, Queue, QueueConnection, Worker,
     WorkerOptions,
@@ -43,20 +43,6 @@ fn ids_in_shard(prefix: &str, shard: usize, shards: usize, n: usize) -> Vec<Stri
         .filter(|id| shard_of(id, shards) == shard)
         .take(n)
         .collect()
-}
-
-/// How many times the server ran `command` (INFO commandstats).
-async fn calls(conn: &mut QueueConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let head = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&head))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 /// The shard whose `jobs` hash holds `id`, and in how many shards it is.
