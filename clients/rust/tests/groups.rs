@@ -8,7 +8,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use common::{calls, eventually, queue_name, server_ms_async, start_worker, stop, Server, LONG};
+use common::{
+    calls, eventually, held_until, queue_name, server_ms_async, start_worker, stop, Server, LONG,
+};
 use echomq_client::{
     AddOptions, GroupInfo, Job, JobError, Queue, QueueConnection, Worker, WorkerOptions,
 };
@@ -309,16 +311,7 @@ async fn group_calls(conn: &mut QueueConnection) -> (u64, u64) {
 
 /// The whole queue's hold, ECHO.LIMITS' held-until-ms (0: not held).
 async fn queue_held_until(conn: &mut QueueConnection, name: &str) -> i64 {
-    let flat: Vec<redis::Value> = redis::cmd("ECHO.LIMITS")
-        .arg(format!("{{{name}}}:schedule"))
-        .query_async(conn)
-        .await
-        .unwrap();
-    let at = flat
-        .iter()
-        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"held-until-ms"))
-        .unwrap();
-    redis::from_redis_value(flat[at + 1].clone()).unwrap()
+    held_until(conn, &format!("{{{name}}}:schedule")).await
 }
 
 fn by_name(groups: &[GroupInfo], name: &str) -> GroupInfo {

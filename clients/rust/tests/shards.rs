@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{calls, eventually, queue_name, start_worker, stop, Server, LONG};
+use common::{calls, eventually, held_until, queue_name, start_worker, stop, Server, LONG};
 use echomq_client::{
     key_slot, shard_of, shard_tags, AddOptions, Job, JobError, Queue, QueueConnection, Worker,
     WorkerOptions,
@@ -140,20 +140,6 @@ async fn run_all(queue: &Queue, options: WorkerOptions, n: usize) -> HashMap<Str
     .await;
     stop(handle, task).await;
     runs_by_id(&starts)
-}
-
-/// ECHO.LIMITS' held-until-ms of a schedule (0: not held).
-async fn held_until(conn: &mut QueueConnection, schedule: &str) -> i64 {
-    let flat: Vec<redis::Value> = redis::cmd("ECHO.LIMITS")
-        .arg(schedule)
-        .query_async(conn)
-        .await
-        .unwrap();
-    let at = flat
-        .iter()
-        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"held-until-ms"))
-        .unwrap();
-    redis::from_redis_value(flat[at + 1].clone()).unwrap()
 }
 
 async fn release_limits(conn: &mut QueueConnection) -> String {

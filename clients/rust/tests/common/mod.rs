@@ -101,3 +101,17 @@ pub async fn calls(conn: &mut echomq_client::QueueConnection, command: &str) -> 
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().unwrap())
 }
+
+/// ECHO.LIMITS' held-until-ms of a schedule (0: not held).
+pub async fn held_until(conn: &mut echomq_client::QueueConnection, schedule: &str) -> i64 {
+    let flat: Vec<redis::Value> = redis::cmd("ECHO.LIMITS")
+        .arg(schedule)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let at = flat
+        .iter()
+        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"held-until-ms"))
+        .unwrap();
+    redis::from_redis_value(flat[at + 1].clone()).unwrap()
+}
