@@ -57,15 +57,14 @@ import os
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from .client import Conn, ReplyError, cmdstats, info
+from .client import cmdstats, info
 from .clients import Skip, node_binary, node_client
-from .harness import med, ok
+from .harness import free_port, med, ok, start_server, stop_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CROSSWORKER = os.path.join(ROOT, "clients", "node", "test", "crossworker.mjs")
@@ -142,30 +141,14 @@ class Node:
                            % (binary, module, os.path.join(self.dir, "valkey.log")))
 
     def start(self, binary, module):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
+        self.port = free_port()
         # the cluster bus is port + 10000: a port above 55535 cannot have one
         if self.port > 55535:
             return False
-        self.proc = subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--daemonize", "no",
-             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-             "--logfile", os.path.join(self.dir, "valkey.log"), "--loadmodule", module],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(100):
-            if self.proc.poll() is not None:
-                return False
-            try:
-                self.c = Conn(self.port)
-                if self.c.call("PING") == b"PONG":
-                    return True
-            except (OSError, ConnectionError, ReplyError):
-                pass
-            time.sleep(0.1)
-        return False
+        self.proc, self.c = start_server(
+            binary, module, self.dir, self.port,
+            ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+        return self.c is not None
 
     def cpu_s(self):
         """(user, sys) CPU seconds of the server process."""
@@ -174,13 +157,7 @@ class Node:
 
     def stop(self):
         """Stops this node's server, by its pid."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_server(self.proc)
         self.proc = None
 
 

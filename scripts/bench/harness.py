@@ -1,17 +1,19 @@
 """What every section shares: the Bench (a connection to the server bench.sh
 started, the Lua scripts loaded, the rows measured so far), set-up fills,
 one timed promotion, the concurrent PING client, medians and the rotation
-that interleaves variants, and the final table."""
+that interleaves variants, the servers a section starts of its own (the
+versions' and the cluster's), and the final table."""
 
 import contextlib
 import multiprocessing
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import time
 
-from .client import Conn, cmdstats, info
+from .client import Conn, ReplyError, cmdstats, info
 
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LUA = os.path.join(SCRIPTS, "lua")
@@ -54,6 +56,52 @@ def settle(conn):
         if int(info(conn, "memory").get("lazyfree_pending_objects", "0")) == 0:
             return
         time.sleep(0.05)
+
+
+def free_port():
+    """A free 127.0.0.1 port: bound to port 0 and released, so another
+    process may take it before a server binds it (the callers retry)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_server(binary, module, workdir, port, extra=()):
+    """Starts `binary` with `module` on 127.0.0.1:`port` (no persistence,
+    `workdir` its dir and its log's, `extra` arguments before the log's and
+    the module's). Returns the process and a Conn once it answers PING; the
+    Conn is None when it exited or did not answer within 10 s (the process
+    is then for stop_server)."""
+    proc = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", workdir,
+         "--save", "", "--appendonly", "no", "--daemonize", "no", *extra,
+         "--logfile", os.path.join(workdir, "valkey.log"), "--loadmodule", module],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if proc.poll() is not None:
+            return proc, None
+        try:
+            c = Conn(port)
+            if c.call("PING") == b"PONG":
+                return proc, c
+        except (OSError, ConnectionError, ReplyError):
+            pass
+        time.sleep(0.1)
+    return proc, None
+
+
+def stop_server(proc):
+    """Stops a server started by start_server, by its pid: SIGTERM, then
+    SIGKILL if it is still there after 10 s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def delete_keys(conn, pattern):

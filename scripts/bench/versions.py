@@ -32,14 +32,14 @@ Workloads (each server's own keys):
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from .client import Conn, ReplyError, cmdstats, encode
-from .harness import FUTURE, SCRIPTS, load_script, med, now_ms, rotate, settle
+from .client import ReplyError, cmdstats, encode
+from .harness import (FUTURE, SCRIPTS, free_port, load_script, med, now_ms, rotate, settle,
+                      start_server, stop_server)
 
 B = 1000  # members per promotion / entries per bare append
 K = 3  # promotions (appends) in a row per workload and round
@@ -72,36 +72,13 @@ class Target:
         self.jobs = 0  # a new job name per retry call
 
     def start(self):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
-        self.proc = subprocess.Popen(
-            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--daemonize", "no",
-             "--logfile", os.path.join(self.dir, "valkey.log"), "--loadmodule", self.module],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(100):
-            if self.proc.poll() is not None:
-                return False
-            try:
-                self.c = Conn(self.port)
-                if self.c.call("PING") == b"PONG":
-                    return True
-            except (OSError, ConnectionError, ReplyError):
-                pass
-            time.sleep(0.1)
-        return False
+        self.port = free_port()
+        self.proc, self.c = start_server(self.binary, self.module, self.dir, self.port)
+        return self.c is not None
 
     def kill(self):
         """Stops this target's server, by its pid."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_server(self.proc)
         self.proc = None
 
     def fill(self, key, n, first_score, prefix):

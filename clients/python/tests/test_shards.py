@@ -45,6 +45,22 @@ def command_calls(client, command: str) -> int:
     return int(client.info("commandstats").get("cmdstat_" + command, {}).get("calls", 0))
 
 
+def run_all(q, count: int, **options):
+    """Runs a worker on ``q`` until ``count`` jobs have run and every outcome is written; the
+    runs of each job id."""
+    runs = {}
+    lock = threading.Lock()
+
+    def handler(job):
+        with lock:
+            runs[job.id] = runs.get(job.id, 0) + 1
+
+    with running(q, handler, **options):
+        wait_for(lambda: len(runs) == count, timeout=20, what="every job to run")
+        wait_for(lambda: sum(q.counts().values()) == 0, what="every outcome")
+    return runs
+
+
 # -- the rules --------------------------------------------------------------------------------
 
 
@@ -261,17 +277,7 @@ def test_a_worker_on_three_shards_runs_every_job_once(client, qname):
     ids = q.add_many([b"x"] * 300) + q.add_many([b"y"] * 30, ids=["given-%d" % i for i in range(30)])
     ids += [q.add(b"later", delay_ms=200) for _ in range(6)]
     assert len({q.shard_of(i) for i in ids}) == 3
-    runs = {}
-    lock = threading.Lock()
-
-    def handler(job):
-        with lock:
-            runs[job.id] = runs.get(job.id, 0) + 1
-
-    with running(q, handler, concurrency=8):
-        wait_for(lambda: len(runs) == len(ids), timeout=20, what="every job to run")
-        wait_for(lambda: sum(q.counts().values()) == 0, what="every outcome")
-    assert runs == {i: 1 for i in ids}
+    assert run_all(q, len(ids), concurrency=8) == {i: 1 for i in ids}
     assert all(client.hlen(key(t, "jobs")) == 0 for t in q.shards)
 
 
@@ -526,17 +532,7 @@ def test_on_a_cluster_the_shards_spread_and_a_worker_runs_every_job_once(cluster
     for jid in ids:
         assert client.hexists(key(q.shards[q.shard_of(jid)], "jobs"), jid)
     assert q.counts()["pending"] == 72
-    runs = {}
-    lock = threading.Lock()
-
-    def handler(job):
-        with lock:
-            runs[job.id] = runs.get(job.id, 0) + 1
-
-    with running(q, handler, concurrency=4):
-        wait_for(lambda: len(runs) == len(ids), timeout=20, what="every job to run")
-        wait_for(lambda: sum(q.counts().values()) == 0, what="every outcome")
-    assert runs == {i: 1 for i in ids}
+    assert run_all(q, len(ids), concurrency=4) == {i: 1 for i in ids}
     # the split limit is every node's config
     q.set_limit("600/s", 6)
     for c in nodes:

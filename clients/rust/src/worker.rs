@@ -496,10 +496,7 @@ impl Inner {
             }
             if tokio::time::Instant::now() >= next_takeover {
                 next_takeover = tokio::time::Instant::now() + takeover_every;
-                if let Err(e) = self.take_over(&mut conn, &mut permit).await {
-                    log(&format!("taking over entries failed: {e}"));
-                }
-                if permit.num_permits() == 0 || self.closing() {
+                if !self.take_over_then_read(&mut conn, &mut permit).await {
                     continue;
                 }
             }
@@ -509,15 +506,9 @@ impl Inner {
                 Ok(read) => read,
                 Err(e) => {
                     drop(permit);
-                    log(&format!("reading {} failed: {e}", self.queue.keys.pending));
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        _ = self.closed() => break,
+                    if !self.read_failed(e).await {
+                        break;
                     }
-                    // The stream may have been deleted (NOGROUP, which a
-                    // pipeline reports wrapped): make it and the group again.
-                    // A broken connection replaces itself.
-                    let _ = self.queue.ensure_group().await;
                     continue;
                 }
             };
@@ -526,16 +517,12 @@ impl Inner {
             }
             let unused = permit.num_permits() - entries.len();
             drop(permit.split(unused));
-            self.hold(&entries);
-            if self.closing() {
-                self.give_back(entries).await;
+            if !self
+                .start_when_released(&mut conn, entries, held_until, now, permit)
+                .await
+            {
                 break;
             }
-            if !self.wait_for_release(&mut conn, held_until, now).await {
-                self.give_back(entries).await;
-                break;
-            }
-            self.start(&mut conn, entries, permit).await;
         }
     }
 
@@ -572,10 +559,7 @@ impl Inner {
             if let Some(mut permit) = permit {
                 if takeover_due {
                     next_takeover = tokio::time::Instant::now() + takeover_every;
-                    if let Err(e) = self.take_over(&mut conn, &mut permit).await {
-                        log(&format!("taking over entries failed: {e}"));
-                    }
-                    if permit.num_permits() == 0 || self.closing() {
+                    if !self.take_over_then_read(&mut conn, &mut permit).await {
                         continue;
                     }
                 }
@@ -636,8 +620,9 @@ impl Inner {
         }
     }
 
-    /// The entries of a read, holding a slot each, started once the shard's
-    /// hold is over; false when `close` came first (they are handed back).
+    /// The entries of a read, holding a slot each, started once the queue's
+    /// (a shard's) hold is over; false when `close` came first (they are
+    /// handed back).
     async fn start_when_released(
         self: &Arc<Self>,
         conn: &mut QueueConnection,
@@ -657,7 +642,8 @@ impl Inner {
 
     /// A read refused: reported, then a second's pause (false when `close`
     /// came first), and the stream and its group made again in case they
-    /// were deleted.
+    /// were deleted (NOGROUP, which a pipeline reports wrapped). A broken
+    /// connection replaces itself.
     async fn read_failed(&self, e: RedisError) -> bool {
         log(&format!("reading {} failed: {e}", self.queue.keys.pending));
         tokio::select! {
@@ -666,6 +652,19 @@ impl Inner {
         }
         let _ = self.queue.ensure_group().await;
         true
+    }
+
+    /// Step 7 with the slots of `permit` (a failure is reported): false when
+    /// it left no slot for a read, or `close` came meanwhile.
+    async fn take_over_then_read(
+        self: &Arc<Self>,
+        conn: &mut QueueConnection,
+        permit: &mut OwnedSemaphorePermit,
+    ) -> bool {
+        if let Err(e) = self.take_over(conn, permit).await {
+            log(&format!("taking over entries failed: {e}"));
+        }
+        permit.num_permits() > 0 && !self.closing()
     }
 
     /// One read: `[ECHO.PROMOTE,] XREADGROUP, ECHO.LIMITS, TIME`, pipelined.

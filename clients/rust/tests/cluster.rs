@@ -37,6 +37,26 @@ fn counting(runs: Runs) -> impl Fn(Job) -> std::future::Ready<Result<(), JobErro
     }
 }
 
+/// Runs a `counting` worker of `concurrency` slots (no backoff) until the
+/// queue is empty, and returns the runs of each job.
+async fn work_off(queue: &Queue, concurrency: usize) -> HashMap<String, u64> {
+    let runs: Runs = Arc::default();
+    let options = WorkerOptions {
+        concurrency,
+        backoff: "fixed:0".into(),
+        ..WorkerOptions::default()
+    };
+    let worker = Worker::new(queue.clone(), counting(runs.clone()), options);
+    let (handle, task) = start_worker(worker);
+    eventually("every job done", LONG, || async {
+        queue.counts().await.unwrap() == Counts::default()
+    })
+    .await;
+    stop(handle, task).await;
+    let runs = runs.lock().unwrap().clone();
+    runs
+}
+
 // Adding (a transaction, a script, a batch), counting (TIME and reads), the
 // dead set, and a worker on a queue whose slot is not on the seed node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,20 +101,7 @@ async fn queue_and_worker_on_the_queue_slot() {
         }
     );
 
-    let runs: Runs = Arc::default();
-    let options = WorkerOptions {
-        concurrency: 20,
-        backoff: "fixed:0".into(),
-        ..WorkerOptions::default()
-    };
-    let worker = Worker::new(queue.clone(), counting(runs.clone()), options);
-    let (handle, task) = start_worker(worker);
-    eventually("every job done", LONG, || async {
-        queue.counts().await.unwrap() == Counts::default()
-    })
-    .await;
-    stop(handle, task).await;
-    let runs = runs.lock().unwrap();
+    let runs = work_off(&queue, 20).await;
     assert_eq!(runs.len(), 2502);
     assert_eq!(runs["job-f"], 2, "failed once, then done");
     let twice: Vec<_> = runs
@@ -383,25 +390,10 @@ async fn a_sharded_queue_spreads_over_the_primaries() {
         .unwrap();
     assert_eq!(queue.counts().await.unwrap().pending, 601);
 
-    let runs: Runs = Arc::default();
-    let options = WorkerOptions {
-        concurrency: 10,
-        backoff: "fixed:0".into(),
-        ..WorkerOptions::default()
-    };
-    let worker = Worker::new(queue.clone(), counting(runs.clone()), options);
-    let (handle, task) = start_worker(worker);
-    eventually("every job done", LONG, || async {
-        queue.counts().await.unwrap() == Counts::default()
-    })
-    .await;
-    stop(handle, task).await;
-    {
-        let runs = runs.lock().unwrap();
-        assert_eq!(runs.len(), 601);
-        assert_eq!(runs["one-f"], 2, "failed once, then done");
-        assert!(ids.iter().all(|id| runs[id] == 1));
-    }
+    let runs = work_off(&queue, 10).await;
+    assert_eq!(runs.len(), 601);
+    assert_eq!(runs["one-f"], 2, "failed once, then done");
+    assert!(ids.iter().all(|id| runs[id] == 1));
 
     for i in 0..cluster.nodes.len() {
         let _: () = q!(
@@ -413,30 +405,35 @@ async fn a_sharded_queue_spreads_over_the_primaries() {
         );
     }
     queue.set_limit("500/s", 50).await.unwrap();
-    for i in 0..cluster.nodes.len() {
-        let reply: Vec<String> = q!(
-            &mut cluster.conn(i),
-            "CONFIG",
-            "GET",
-            "echomq.release-limits"
-        );
-        let mut want = vec!["{other}:schedule 5/s 1".to_string()];
-        want.extend(
-            queue
-                .shards()
-                .iter()
-                .map(|t| format!("{{{t}}}:schedule 5000/m 9")),
-        );
-        assert_eq!(reply[1], want.join(" "), "node {i}");
-    }
+    let mut want = vec!["{other}:schedule 5/s 1".to_string()];
+    want.extend(
+        queue
+            .shards()
+            .iter()
+            .map(|t| format!("{{{t}}}:schedule 5000/m 9")),
+    );
+    assert_eq!(
+        release_limits(&cluster),
+        vec![want.join(" "); cluster.nodes.len()]
+    );
     queue.clear_limit().await.unwrap();
-    for i in 0..cluster.nodes.len() {
-        let reply: Vec<String> = q!(
-            &mut cluster.conn(i),
-            "CONFIG",
-            "GET",
-            "echomq.release-limits"
-        );
-        assert_eq!(reply[1], "{other}:schedule 5/s 1", "node {i}");
-    }
+    assert_eq!(
+        release_limits(&cluster),
+        vec!["{other}:schedule 5/s 1"; cluster.nodes.len()]
+    );
+}
+
+/// Each node's `echomq.release-limits`.
+fn release_limits(cluster: &Cluster) -> Vec<String> {
+    (0..cluster.nodes.len())
+        .map(|i| {
+            let reply: Vec<String> = q!(
+                &mut cluster.conn(i),
+                "CONFIG",
+                "GET",
+                "echomq.release-limits"
+            );
+            reply[1].clone()
+        })
+        .collect()
 }

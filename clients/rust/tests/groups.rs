@@ -8,7 +8,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use common::{eventually, queue_name, server_ms_async, start_worker, stop, Server, LONG};
+use common::{
+    calls, eventually, held_until, queue_name, server_ms_async, start_worker, stop, Server, LONG,
+};
 use echomq_client::{
     AddOptions, GroupInfo, Job, JobError, Queue, QueueConnection, Worker, WorkerOptions,
 };
@@ -299,20 +301,6 @@ async fn failed_once(conn: &QueueConnection, name: &str, id: &str) {
     .await;
 }
 
-/// How many times the server ran `command` (INFO commandstats).
-async fn calls(conn: &mut QueueConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let head = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&head))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 /// How many times the server ran ECHO.GROUPLIMIT and ECHO.GROUPS.
 async fn group_calls(conn: &mut QueueConnection) -> (u64, u64) {
     (
@@ -323,16 +311,7 @@ async fn group_calls(conn: &mut QueueConnection) -> (u64, u64) {
 
 /// The whole queue's hold, ECHO.LIMITS' held-until-ms (0: not held).
 async fn queue_held_until(conn: &mut QueueConnection, name: &str) -> i64 {
-    let flat: Vec<redis::Value> = redis::cmd("ECHO.LIMITS")
-        .arg(format!("{{{name}}}:schedule"))
-        .query_async(conn)
-        .await
-        .unwrap();
-    let at = flat
-        .iter()
-        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"held-until-ms"))
-        .unwrap();
-    redis::from_redis_value(flat[at + 1].clone()).unwrap()
+    held_until(conn, &format!("{{{name}}}:schedule")).await
 }
 
 fn by_name(groups: &[GroupInfo], name: &str) -> GroupInfo {

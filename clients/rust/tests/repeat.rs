@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, queue_name, server_ms_async, start_worker, stop, Server};
+use common::{calls, eventually, queue_name, server_ms_async, start_worker, stop, Server};
 use echomq_client::{
     Counts, Job, JobError, Queue, QueueConnection, Repeat, RepeatOptions, Worker, WorkerOptions,
 };
@@ -32,21 +32,6 @@ async fn queue_keys(conn: &mut QueueConnection, name: &str) -> Vec<String> {
     let mut keys: Vec<String> = conn.keys(format!("{{{name}}}:*")).await.unwrap();
     keys.sort();
     keys
-}
-
-/// How many times the server ran `command` (INFO commandstats; a module's
-/// command by the name it registered, upper case).
-async fn calls(conn: &mut QueueConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let head = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&head))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 fn ids(listed: &[Repeat]) -> Vec<&str> {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, queue_name, start_worker, stop, Server, LONG};
+use common::{calls, eventually, held_until, queue_name, start_worker, stop, Server, LONG};
 use echomq_client::{
     key_slot, shard_of, shard_tags, AddOptions, Job, JobError, Queue, QueueConnection, Worker,
     WorkerOptions,
@@ -43,20 +43,6 @@ fn ids_in_shard(prefix: &str, shard: usize, shards: usize, n: usize) -> Vec<Stri
         .filter(|id| shard_of(id, shards) == shard)
         .take(n)
         .collect()
-}
-
-/// How many times the server ran `command` (INFO commandstats).
-async fn calls(conn: &mut QueueConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let head = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&head))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 /// The shard whose `jobs` hash holds `id`, and in how many shards it is.
@@ -140,18 +126,20 @@ fn runs_by_id(starts: &Starts) -> HashMap<String, usize> {
     runs
 }
 
-/// ECHO.LIMITS' held-until-ms of a schedule (0: not held).
-async fn held_until(conn: &mut QueueConnection, schedule: &str) -> i64 {
-    let flat: Vec<redis::Value> = redis::cmd("ECHO.LIMITS")
-        .arg(schedule)
-        .query_async(conn)
-        .await
-        .unwrap();
-    let at = flat
-        .iter()
-        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"held-until-ms"))
-        .unwrap();
-    redis::from_redis_value(flat[at + 1].clone()).unwrap()
+/// Runs a `recording` worker with `options` (every job done at once) until
+/// `n` runs have started and the queue is empty; the runs of each id.
+async fn run_all(queue: &Queue, options: WorkerOptions, n: usize) -> HashMap<String, usize> {
+    let starts = Starts::default();
+    let worker = recording(queue, &starts, 0, options, |_| Ok(()));
+    let (handle, task) = start_worker(worker);
+    eventually("every job done", LONG, || {
+        let queue = queue.clone();
+        let ran = starts_len(&starts);
+        async move { ran >= n && queue.counts().await.unwrap() == Default::default() }
+    })
+    .await;
+    stop(handle, task).await;
+    runs_by_id(&starts)
 }
 
 async fn release_limits(conn: &mut QueueConnection) -> String {
@@ -423,17 +411,7 @@ async fn a_worker_runs_every_job_of_every_shard_once() {
         };
         ids.push(queue.add(b"late", options).await.unwrap());
     }
-    let starts = Starts::default();
-    let worker = recording(&queue, &starts, 0, concurrency(8), |_| Ok(()));
-    let (handle, task) = start_worker(worker);
-    eventually("every job done", LONG, || {
-        let queue = queue.clone();
-        let ran = starts_len(&starts);
-        async move { ran >= 630 && queue.counts().await.unwrap() == Default::default() }
-    })
-    .await;
-    stop(handle, task).await;
-    let runs = runs_by_id(&starts);
+    let runs = run_all(&queue, concurrency(8), 630).await;
     assert_eq!(runs.len(), 630);
     assert!(ids.iter().all(|id| runs.get(id) == Some(&1)));
 }
@@ -684,17 +662,7 @@ async fn growing_from_two_to_three_shards_loses_nothing() {
         .unwrap();
     assert_eq!(three.shards()[..2], *two.shards());
     assert!(three.remove(&moved[2]).await.unwrap());
-    let starts = Starts::default();
-    let worker = recording(&three, &starts, 0, concurrency(4), |_| Ok(()));
-    let (handle, task) = start_worker(worker);
-    eventually("every job done", LONG, || {
-        let three = three.clone();
-        let all_ran = starts_len(&starts) >= ids.len();
-        async move { all_ran && three.counts().await.unwrap() == Default::default() }
-    })
-    .await;
-    stop(handle, task).await;
-    let runs = runs_by_id(&starts);
+    let runs = run_all(&three, concurrency(4), ids.len()).await;
     assert_eq!(runs.len(), ids.len());
     assert!(ids.iter().all(|id| runs.get(id) == Some(&1)), "{runs:?}");
     assert!(!runs.contains_key(&moved[2]));
@@ -725,21 +693,11 @@ async fn a_dead_workers_runs_are_taken_over_on_every_shard() {
         ids.push(id);
     }
     assert_eq!(queue.counts().await.unwrap().in_flight, 3);
-    let starts = Starts::default();
     let options = WorkerOptions {
         concurrency: 2,
         lease_ms: 300,
         ..WorkerOptions::default()
     };
-    let worker = recording(&queue, &starts, 0, options, |_| Ok(()));
-    let (handle, task) = start_worker(worker);
-    eventually("the orphans run and settle", LONG, || {
-        let queue = queue.clone();
-        let ran = starts_len(&starts);
-        async move { ran >= 3 && queue.counts().await.unwrap() == Default::default() }
-    })
-    .await;
-    stop(handle, task).await;
-    let runs = runs_by_id(&starts);
+    let runs = run_all(&queue, options, 3).await;
     assert!(ids.iter().all(|id| runs.get(id) == Some(&1)), "{runs:?}");
 }

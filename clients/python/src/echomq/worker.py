@@ -265,6 +265,7 @@ class Worker:
         self._idle = threading.Event()
         self._woke = threading.Event()
         self._waiters_stop = threading.Event()
+        self._next_queues = 0.0  # the read loop's next _check_queues (monotonic), set as it starts
         self._fail_script = self.client.register_script(FAIL)
         self._success_script = self.client.register_script(SUCCEED)
         self._hand_back_script = self.client.register_script(HAND_BACK)
@@ -474,21 +475,30 @@ class Worker:
         with self._lock:
             return self.concurrency - self._running
 
+    def _round(self) -> Tuple[float, int]:
+        """The start of a round of the read loop: the queues checked when ``_next_queues`` has come
+        (every 10 s, the next time set first so a failed check waits its turn too), then the free
+        slots counted; with none free, a wait of up to 0.1 s for one (the caller starts the round
+        again). Returns the round's time (monotonic) and the free slots."""
+        now = time.monotonic()
+        if now >= self._next_queues:
+            self._next_queues = now + 10
+            self._check_queues()
+        with self._lock:
+            free = self.concurrency - self._running
+            if free <= 0:
+                self._lock.wait(0.1)
+        return now, free
+
     def _loop(self, pool: _Pool) -> None:
-        next_queues = time.monotonic() + 10
+        self._next_queues = time.monotonic() + 10
         takeover_every = self.lease_ms / 2000
         next_takeover = 0.0
         while not self.closing:
             try:
-                now = time.monotonic()
-                if now >= next_queues:
-                    next_queues = now + 10
-                    self._check_queues()
-                with self._lock:
-                    free = self.concurrency - self._running
-                    if free <= 0:
-                        self._lock.wait(0.1)
-                        continue
+                now, free = self._round()
+                if free <= 0:
+                    continue
                 shard = self._shards[0]
                 reader = self._current_reader(shard)
                 if now >= next_takeover:
@@ -514,21 +524,15 @@ class Worker:
         ]
         for thread in waiters:
             thread.start()
-        next_queues = time.monotonic() + 10
+        self._next_queues = time.monotonic() + 10
         takeover_every = self.lease_ms / 2000
         first = 0
         try:
             while not self.closing:
                 try:
-                    now = time.monotonic()
-                    if now >= next_queues:
-                        next_queues = now + 10
-                        self._check_queues()
-                    with self._lock:
-                        free = self.concurrency - self._running
-                        if free <= 0:
-                            self._lock.wait(0.1)
-                            continue
+                    now, free = self._round()
+                    if free <= 0:
+                        continue
                     due = [shard for shard in self._shards if now >= shard.next_takeover]
                     if due:
                         for shard in due:
@@ -546,7 +550,7 @@ class Worker:
                         got += self._take(shard, shard.route.target(), pool, free - got, block_ms=None)
                     first = (first + 1) % len(self._shards)
                     if not got:
-                        wake = min([next_queues] + [shard.next_takeover for shard in self._shards])
+                        wake = min([self._next_queues] + [shard.next_takeover for shard in self._shards])
                         self._wait_all(wake - time.monotonic())
                 except Exception as exc:  # noqa: BLE001 - sorted below; anything else ends run()
                     if not self._recover(exc):

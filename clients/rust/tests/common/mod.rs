@@ -86,3 +86,32 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// How many times the server ran `command` (INFO commandstats; a module's
+/// command by the name it registered, upper case).
+pub async fn calls(conn: &mut echomq_client::QueueConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let head = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&head))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// ECHO.LIMITS' held-until-ms of a schedule (0: not held).
+pub async fn held_until(conn: &mut echomq_client::QueueConnection, schedule: &str) -> i64 {
+    let flat: Vec<redis::Value> = redis::cmd("ECHO.LIMITS")
+        .arg(schedule)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let at = flat
+        .iter()
+        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"held-until-ms"))
+        .unwrap();
+    redis::from_redis_value(flat[at + 1].clone()).unwrap()
+}
