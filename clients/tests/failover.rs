@@ -316,7 +316,17 @@ fn drained(con: &mut Connection, queue: &str, n: usize) -> Result<(), String> {
 /// 0. Returns their outputs; panics with all of them when a worker exited
 /// early or failed, or the queue was not done in time.
 fn finish(workers: &mut [Working], con: &mut Connection, queue: &str, n: usize) -> Vec<Output> {
-    let deadline = Instant::now() + Duration::from_secs(180);
+    finish_when(workers, Duration::from_secs(180), || drained(con, queue, n))
+}
+
+/// [`finish`] with its own test of done (`done_with`, an error saying what
+/// is left) and time limit.
+fn finish_when(
+    workers: &mut [Working],
+    within: Duration,
+    mut done_with: impl FnMut() -> Result<(), String>,
+) -> Vec<Output> {
+    let deadline = Instant::now() + within;
     let mut why = String::new();
     loop {
         if let Some(w) = workers
@@ -326,7 +336,7 @@ fn finish(workers: &mut [Working], con: &mut Connection, queue: &str, n: usize) 
             why = format!("{w} exited before the queue was done ({why})");
             break;
         }
-        match drained(con, queue, n) {
+        match done_with() {
             Ok(()) => {
                 why.clear();
                 break;
@@ -334,7 +344,7 @@ fn finish(workers: &mut [Working], con: &mut Connection, queue: &str, n: usize) 
             Err(e) => why = e,
         }
         if Instant::now() > deadline {
-            why = format!("the queue was not done within 3 minutes: {why}");
+            why = format!("the queue was not done within {within:?}: {why}");
             break;
         }
         sleep(Duration::from_millis(50));
@@ -1665,39 +1675,10 @@ fn a_sharded_queue_in_three_languages_goes_on_through_a_failover_and_a_migration
     );
 
     // The whole queue done with: every shard on its owner.
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let mut why = String::new();
-    loop {
-        if let Some(w) = workers
-            .iter_mut()
-            .find_map(|w| w.exited().map(|_| w.name.clone()))
-        {
-            why = format!("{w} exited before the queue was done ({why})");
-            break;
-        }
-        match sharded_drained(&mut con, &tags, &done_key, want_done, want_dead.len()) {
-            Ok(()) => {
-                why.clear();
-                break;
-            }
-            Err(e) => why = e,
-        }
-        if Instant::now() > deadline {
-            why = format!("the queue was not done within 4 minutes: {why}");
-            break;
-        }
-        sleep(Duration::from_millis(100));
-    }
-    let outputs: Vec<Output> = workers.iter_mut().map(|w| w.end("TERM")).collect();
-    let report: String = outputs.iter().map(Output::report).collect();
-    assert!(why.is_empty(), "{why}\n{report}");
-    for o in &outputs {
-        assert!(
-            o.status.is_some_and(|s| s.success()) && o.out.contains("summary "),
-            "{} did not exit 0 with a summary on SIGTERM:\n{report}",
-            o.name
-        );
-    }
+    let dead_n = want_dead.len();
+    let outputs = finish_when(&mut workers, Duration::from_secs(240), || {
+        sharded_drained(&mut con, &tags, &done_key, want_done, dead_n)
+    });
     assert_all_went_on(&outputs, switched);
 
     // Each job: done once, or dead, as planned.
