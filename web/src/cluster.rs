@@ -50,6 +50,31 @@ pub fn queue_slot(name: &str) -> u16 {
     key_slot(crate::snapshot::Keys::of(name).schedule.as_bytes())
 }
 
+/// The most shards a sharded queue may have: `max_shards` of
+/// protocol/constants.json (a unit test pins it to the file), as the client
+/// libraries check it.
+pub const MAX_SHARDS: u32 = 1024;
+
+/// The hash tags of a sharded queue's `shards` shards, by the libraries'
+/// rule (docs/clients.md, Sharded queues): `name`, then `name#i`, or
+/// `name#i.k` with the smallest `k >= 1` whose slot no earlier shard has, so
+/// that no two shards share a slot and any layout starts with a smaller one.
+pub fn shard_tags(name: &str, shards: u32) -> Vec<String> {
+    let mut tags = vec![name.to_string()];
+    let mut slots = vec![key_slot(name.as_bytes())];
+    for i in 1..shards {
+        let mut tag = format!("{name}#{i}");
+        let mut k = 0;
+        while slots.contains(&key_slot(tag.as_bytes())) {
+            k += 1;
+            tag = format!("{name}#{i}.{k}");
+        }
+        slots.push(key_slot(tag.as_bytes()));
+        tags.push(tag);
+    }
+    tags
+}
+
 /// Whether `INFO cluster` says the server runs in cluster mode.
 pub fn cluster_enabled(info: &str) -> bool {
     info.lines()
@@ -303,6 +328,37 @@ mod tests {
         assert_eq!(crc16(b"123456789"), 0x31C3);
         assert_eq!(queue_slot("orders"), 105);
         assert_eq!(queue_slot("q1"), 7450);
+    }
+
+    /// The file the libraries share, read at test time so a change to it
+    /// fails here rather than drifting.
+    fn protocol_file(name: &str) -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../protocol")
+            .join(name);
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    #[test]
+    fn shard_tags_match_the_protocol_vectors() {
+        let constants = protocol_file("constants.json");
+        assert_eq!(constants["max_shards"], serde_json::json!(MAX_SHARDS));
+        let vectors = protocol_file("shards.json");
+        let layouts = vectors["layouts"].as_array().expect("layouts");
+        assert!(!layouts.is_empty());
+        for layout in layouts {
+            let name = layout["queue"].as_str().expect("queue");
+            let shards = layout["shards"].as_u64().expect("shards") as u32;
+            let want: Vec<String> = layout["tags"]
+                .as_array()
+                .expect("tags")
+                .iter()
+                .map(|t| t.as_str().expect("a tag").to_string())
+                .collect();
+            assert_eq!(shard_tags(name, shards), want, "{name} over {shards}");
+        }
     }
 
     fn bulk(s: &str) -> Value {

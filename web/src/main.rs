@@ -3,7 +3,7 @@
 //! ```text
 //! ECHOMQ_WEB_URL=redis://user:password@127.0.0.1:6379/ echomq-web \
 //!     --listen 127.0.0.1:8080 --queue orders [--queue NAME ...] \
-//!     [--window-ms 60000] [--buckets 60] [--ca-file ca.pem]
+//!     [--sharded mail=6 ...] [--window-ms 60000] [--buckets 60] [--ca-file ca.pem]
 //! ```
 //!
 //! `GET /` is the page (with `/page.js` and `/page.css`), `GET /api/queues`
@@ -14,6 +14,7 @@ mod metrics;
 mod redact;
 mod render;
 mod serve;
+mod shards;
 mod snapshot;
 
 use std::collections::HashMap;
@@ -36,7 +37,7 @@ use tokio::sync::Mutex;
 use redact::Redactor;
 
 const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR] \
---queue NAME [--queue NAME ...] [--window-ms MS] [--buckets N] [--ca-file PATH] \
+--queue NAME [--queue NAME ...] [--sharded NAME=N ...] [--window-ms MS] [--buckets N] [--ca-file PATH] \
 [--header-timeout-ms MS] [--idle-timeout-ms MS] [--write-timeout-ms MS] [--max-connections N]
 
   --url URL        the Valkey server (default redis://127.0.0.1:6379/), or the
@@ -51,6 +52,11 @@ const USAGE: &str = "usage: echomq-web [--url redis://HOST:PORT/] [--listen ADDR
   --queue NAME     a queue with keys {NAME}:schedule, {NAME}:pending, {NAME}:dead;
                    repeatable. Queues in the server's echomq.auto-promote config are
                    shown too, so with that config no --queue is needed.
+  --sharded NAME=N a sharded queue of N shards, 1..=1024, as the client
+                   libraries lay it out (tags NAME, NAME#1, ..): shown as one
+                   queue, its shards' figures summed, each shard on request;
+                   repeatable. Its shards' tags found in echomq.auto-promote
+                   are shown within it, not as queues of their own.
   --window-ms MS   the spread covers [now, now + MS) (default 60000)
   --buckets N      in N buckets, 1..=10000 (default 60)
   --header-timeout-ms MS
@@ -89,6 +95,8 @@ struct Config {
     ca_file: Option<PathBuf>,
     listen: String,
     queues: Vec<String>,
+    /// `--sharded NAME=N`: each sharded queue and its shard count.
+    sharded: Vec<(String, u32)>,
     window_ms: i64,
     buckets: u32,
     limits: serve::Limits,
@@ -102,6 +110,7 @@ fn parse_args(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<C
         ca_file: env("ECHOMQ_WEB_CA_FILE").map(PathBuf::from),
         listen: "127.0.0.1:8080".into(),
         queues: Vec::new(),
+        sharded: Vec::new(),
         window_ms: 60_000,
         buckets: 60,
         limits: serve::Limits {
@@ -129,6 +138,18 @@ fn parse_args(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<C
                 }
                 if !cfg.queues.contains(&name) {
                     cfg.queues.push(name);
+                }
+            }
+            "--sharded" => {
+                let (name, n) = sharded(&value()?)?;
+                match cfg.sharded.iter().find(|(q, _)| *q == name) {
+                    Some((_, m)) if *m != n => {
+                        return Err(format!(
+                            "--sharded: '{name}' given with {m} and with {n} shards"
+                        ))
+                    }
+                    Some(_) => {}
+                    None => cfg.sharded.push((name, n)),
                 }
             }
             "--window-ms" => {
@@ -162,7 +183,36 @@ fn parse_args(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<C
             other => return Err(format!("unknown argument '{other}'")),
         }
     }
+    // Shown once: as one queue or as the shards' sum, not both.
+    if let Some((name, _)) = cfg.sharded.iter().find(|(n, _)| cfg.queues.contains(n)) {
+        return Err(format!(
+            "'{name}' is given both as --queue and as --sharded: name it once"
+        ));
+    }
     Ok(cfg)
+}
+
+/// A `--sharded` value, `NAME=N`: the name is everything before the last
+/// `=` (a queue name may hold one), N in 1..=max_shards as the libraries
+/// check it.
+fn sharded(v: &str) -> Result<(String, u32), String> {
+    let Some((name, n)) = v.rsplit_once('=') else {
+        return Err(format!(
+            "--sharded: '{v}' is not NAME=N (e.g. --sharded mail=6)"
+        ));
+    };
+    if name.is_empty() {
+        return Err(format!("--sharded: '{v}' has an empty name"));
+    }
+    let max = cluster::MAX_SHARDS;
+    let n = n
+        .parse()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or(format!(
+            "--sharded: the shard count '{n}' of '{name}' is not in 1..={max}"
+        ))?;
+    Ok((name.to_string(), n))
 }
 
 /// A timeout flag's value: milliseconds in 1..=3600000.
@@ -301,6 +351,7 @@ impl App {
             snapshot::collect(
                 &mut con,
                 &self.cfg.queues,
+                &self.cfg.sharded,
                 self.cfg.window_ms,
                 self.cfg.buckets,
                 with_spread,
@@ -451,16 +502,23 @@ impl App {
                 }
             };
             s.round_trips += u32::from(refreshed);
-            let moved = s
-                .queues
-                .iter()
-                .any(|q| q.counts.as_ref().is_err_and(|e| cluster::is_redirect(e)));
+            let moved = s.queues.iter().any(|q| {
+                q.counts.as_ref().is_err_and(|e| cluster::is_redirect(e))
+                    || q.shards
+                        .iter()
+                        .any(|sh| sh.counts.as_ref().is_err_and(|e| cluster::is_redirect(e)))
+            });
             if moved && attempt == 0 {
                 continue;
             }
             for q in &mut s.queues {
                 if let Err(e) = &mut q.counts {
                     *e = self.redactor.scrub(e);
+                }
+                for sh in &mut q.shards {
+                    if let Err(e) = &mut sh.counts {
+                        *e = self.redactor.scrub(e);
+                    }
                 }
             }
             for n in &mut s.nodes {
@@ -512,7 +570,10 @@ impl App {
             .flatten()
             .flat_map(|f| f.queues.iter().cloned())
             .collect();
-        let names = snapshot::merge_queues(&self.cfg.queues, &from_servers);
+        let shown = shards::layout(&self.cfg.queues, &self.cfg.sharded, &from_servers);
+        // Each shard is a queue of its own slot: read on its owner, in the
+        // same per-node pipelines as the single queues.
+        let names = shards::tags(&shown);
         let owners = map.assign(&names);
         let window = snapshot::window_at(now_ms, self.cfg.window_ms, self.cfg.buckets);
         let reads: Vec<_> = primaries
@@ -588,26 +649,30 @@ impl App {
                 Err(_) => Vec::new().into_iter(),
             })
             .collect();
-        let queues = names
+        let reads = names
             .into_iter()
             .zip(&owners)
             .map(|(name, owner)| match owner {
                 Ok(i) => match &read[*i] {
-                    Ok(_) => per_node[*i].next().unwrap_or(snapshot::QueueStats {
-                        name,
-                        counts: Err("missing reply".into()),
+                    Ok(_) => per_node[*i].next().unwrap_or_else(|| {
+                        snapshot::QueueStats::single(name, Err("missing reply".into()))
                     }),
-                    Err(e) => snapshot::QueueStats {
+                    Err(e) => snapshot::QueueStats::single(
                         name,
-                        counts: Err(format!("primary {}: {e}", primaries[*i])),
-                    },
+                        Err(format!("primary {}: {e}", primaries[*i])),
+                    ),
                 },
-                Err(slot) => snapshot::QueueStats {
+                Err(slot) => snapshot::QueueStats::single(
                     name,
-                    counts: Err(format!("no primary serves slot {slot}")),
-                },
+                    Err(format!("no primary serves slot {slot}")),
+                ),
             })
             .collect();
+        let read_on = owners
+            .iter()
+            .map(|o| o.as_ref().ok().map(|i| primaries[*i].clone()))
+            .collect();
+        let queues = shards::group(&shown, reads, read_on);
         let infos: Vec<Vec<(String, snapshot::Number)>> =
             read.iter().flatten().map(|r| r.info.clone()).collect();
         let policies: Vec<String> = first
@@ -628,10 +693,24 @@ impl App {
     }
 }
 
-async fn api_queues(State(app): State<Arc<App>>) -> Response {
+/// Whether a query string asks for each shard's figures: `shards=1`.
+fn wants_shards(query: Option<&str>) -> bool {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .any(|pair| pair == "shards=1" || pair == "shards=true")
+}
+
+async fn api_queues(State(app): State<Arc<App>>, uri: axum::http::Uri) -> Response {
     let no_store = [(header::CACHE_CONTROL, "no-store")];
+    let per_shard = wants_shards(uri.query());
     match app.snapshot(true).await {
-        Ok(s) => (StatusCode::OK, no_store, Json(render::queues_json(&s))).into_response(),
+        Ok(s) => (
+            StatusCode::OK,
+            no_store,
+            Json(render::queues_json(&s, per_shard)),
+        )
+            .into_response(),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             no_store,
@@ -738,13 +817,18 @@ async fn main() {
         .queues
         .iter()
         .map(|q| q.escape_default().to_string())
+        .chain(
+            cfg.sharded
+                .iter()
+                .map(|(q, n)| format!("{} ({n} shards)", q.escape_default())),
+        )
         .collect();
     let line = format!(
         "echomq-web: listening on http://{}/ for {} (queues: {}{})",
         addr.map_or(cfg.listen.clone(), |a| a.to_string()),
         redactor.shown(),
         names.join(", "),
-        if cfg.queues.is_empty() {
+        if names.is_empty() {
             "those of echomq.auto-promote"
         } else {
             " and those of echomq.auto-promote"
@@ -870,5 +954,65 @@ mod tests {
         ] {
             assert!(parse_args(&args(bad), no_env).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn sharded_queues_are_named_with_their_shard_count() {
+        let cfg = parse_args(
+            &args(&[
+                "--sharded",
+                "mail=6",
+                "--queue",
+                "a",
+                "--sharded",
+                "k=v=1",
+                "--sharded",
+                "mail=6",
+                "--sharded",
+                "big=1024",
+            ]),
+            no_env,
+        )
+        .unwrap();
+        // The last `=` splits: a queue name may hold one.
+        assert_eq!(
+            cfg.sharded,
+            [
+                ("mail".to_string(), 6),
+                ("k=v".to_string(), 1),
+                ("big".to_string(), 1024)
+            ]
+        );
+        assert_eq!(cfg.queues, ["a"]);
+        for (bad, says) in [
+            (&["--sharded"][..], "--sharded needs a value"),
+            (&["--sharded", "mail"], "is not NAME=N"),
+            (&["--sharded", "=3"], "empty name"),
+            (&["--sharded", "mail=0"], "not in 1..=1024"),
+            (&["--sharded", "mail=1025"], "not in 1..=1024"),
+            (&["--sharded", "mail=-1"], "not in 1..=1024"),
+            (&["--sharded", "mail=six"], "not in 1..=1024"),
+            (&["--sharded", "mail="], "not in 1..=1024"),
+            (
+                &["--sharded", "mail=2", "--sharded", "mail=3"],
+                "with 2 and with 3",
+            ),
+            (
+                &["--queue", "mail", "--sharded", "mail=2"],
+                "both as --queue and as --sharded",
+            ),
+        ] {
+            let e = parse_args(&args(bad), no_env).expect_err(says);
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_shards_1_asks_for_the_shards() {
+        assert!(wants_shards(Some("shards=1")));
+        assert!(wants_shards(Some("x=2&shards=true")));
+        assert!(!wants_shards(Some("shards=0")));
+        assert!(!wants_shards(Some("noshards=1")));
+        assert!(!wants_shards(None));
     }
 }

@@ -12,7 +12,7 @@
 
 use std::fmt::Write;
 
-use crate::snapshot::{Counts, Groups, Number, Release, Snapshot};
+use crate::snapshot::{Counts, Groups, Number, Release, Shard, Snapshot};
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -322,6 +322,36 @@ pub fn exposition(s: Option<&Snapshot>) -> String {
             }
         }
     }
+    // Each shard of a sharded queue in families of their own, so that a sum
+    // over echomq_queue_* never counts a job twice. Their number is that of
+    // the --sharded counts (at most 1024 per queue), fixed by the command
+    // line whatever the servers hold; none without a sharded queue.
+    let shards: Vec<(&str, &Shard)> = s
+        .queues
+        .iter()
+        .flat_map(|q| q.shards.iter().map(move |sh| (q.name.as_str(), sh)))
+        .collect();
+    if !shards.is_empty() {
+        for (name, help, field) in QUEUE_GAUGES {
+            let name = name.replacen("echomq_queue_", "echomq_shard_", 1);
+            let help = format!(
+                "{}; of one shard of a sharded queue (queue: the queue, shard: the shard's tag)",
+                help.replace("{NAME}", "{TAG}")
+            );
+            family(&mut out, &name, "gauge", &help);
+            for (queue, sh) in &shards {
+                if let Ok(c) = &sh.counts {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{queue=\"{}\",shard=\"{}\"}} {}",
+                        escape_label(queue),
+                        escape_label(&sh.tag),
+                        field(c)
+                    );
+                }
+            }
+        }
+    }
     // A family only when it has samples: with no limit or hold configured,
     // or a module without groups, /metrics is what it was.
     for (name, kind, help, value) in RELEASE_SERIES {
@@ -473,6 +503,7 @@ mod tests {
                 repeats,
                 ..counts(0)
             }),
+            shards: Vec::new(),
         };
         let s = snapshot(
             vec![
@@ -549,10 +580,12 @@ mod tests {
                 QueueStats {
                     name: "a\"b\\c".into(),
                     counts: Ok(counts(10)),
+                    shards: Vec::new(),
                 },
                 QueueStats {
                     name: "broken".into(),
                     counts: Err("WRONGTYPE".into()),
+                    shards: Vec::new(),
                 },
                 QueueStats {
                     name: "lim".into(),
@@ -571,6 +604,7 @@ mod tests {
                             held_until_ms: 0,
                         },
                     )),
+                    shards: Vec::new(),
                 },
                 QueueStats {
                     name: "held".into(),
@@ -581,6 +615,7 @@ mod tests {
                             held_until_ms: 1_795_987_450_887,
                         },
                     )),
+                    shards: Vec::new(),
                 },
                 QueueStats {
                     name: "free".into(),
@@ -591,6 +626,7 @@ mod tests {
                             held_until_ms: 0,
                         },
                     )),
+                    shards: Vec::new(),
                 },
             ],
             vec![

@@ -44,6 +44,9 @@ function card(name) {
     <div class="release" hidden></div>
     <div class="groups" hidden></div>
     <div class="repeats" hidden></div>
+    <details class="shards" hidden><summary></summary><table>
+      <thead><tr><th>shard</th><th>scheduled</th><th>due</th><th>pending</th><th>in flight</th><th>dead</th></tr></thead>
+      <tbody></tbody></table></details>
     <svg class="spread" preserveAspectRatio="none" role="img"><path d=""></path></svg>
     <div class="axis"><span>now</span><span class="peak"></span><span class="end"></span></div>
     <div class="hint"></div><div class="err"></div>`;
@@ -56,7 +59,7 @@ function card(name) {
         peak: el.querySelector(".peak"), end: el.querySelector(".end"),
         hint: el.querySelector(".hint"), err: el.querySelector(".err"),
         release: el.querySelector(".release"), groups: el.querySelector(".groups"),
-        repeats: el.querySelector(".repeats") };
+        repeats: el.querySelector(".repeats"), shards: el.querySelector("details.shards") };
   c.svg.addEventListener("mousemove", (ev) => hover(c, ev));
   c.svg.addEventListener("mouseleave", () => { c.hint.textContent = ""; });
   cards.set(name, c);
@@ -236,8 +239,46 @@ function showRepeats(c, r) {
   el.replaceChildren(summary, list);
 }
 
+// A sharded queue's shard count, and in a details element (closed until
+// opened, and kept open across polls: only its rows are replaced) each
+// shard's tag and counts. Hidden for a single queue (no q.shards).
+function showShards(c, q) {
+  const el = c.shards;
+  el.hidden = !q.shards;
+  if (!q.shards) { el.querySelector("tbody").replaceChildren(); return; }
+  el.dataset.shards = q.shards;
+  el.querySelector("summary").textContent = `${fmt.format(q.shards)} shards`;
+  el.querySelector("summary").title = "one queue over sub-queues, each its own hash tag (echomq-web --sharded): the counts above are their sum";
+  const rows = (q.per_shard || []).map(s => {
+    const tr = document.createElement("tr");
+    tr.dataset.shard = s.tag;
+    const tag = document.createElement("td");
+    tag.className = "name";
+    tag.textContent = s.tag;
+    tag.title = s.node ? `${s.tag} on ${s.node}` : s.tag;
+    tr.append(tag);
+    if (s.error) {
+      const e = document.createElement("td");
+      e.colSpan = FIELDS.length;
+      e.className = "err";
+      e.textContent = s.error;
+      tr.append(e);
+    } else {
+      for (const f of FIELDS) {
+        const td = document.createElement("td");
+        td.dataset.field = f;
+        td.textContent = fmt.format(s[f]);
+        tr.append(td);
+      }
+    }
+    return tr;
+  });
+  el.querySelector("tbody").replaceChildren(...rows);
+}
+
 function update(c, q) {
   c.data = q;
+  showShards(c, q);
   if (q.error) { c.err.textContent = q.error; showRelease(c, null); showGroups(c, null); showRepeats(c, null); return; }
   c.err.textContent = "";
   showRelease(c, q.release);
@@ -306,7 +347,7 @@ function setStatus(state, text) {
 
 async function poll() {
   try {
-    const r = await fetch("api/queues", { cache: "no-store", signal: AbortSignal.timeout(5000) });
+    const r = await fetch("api/queues?shards=1", { cache: "no-store", signal: AbortSignal.timeout(5000) });
     const body = await r.json().catch(() => null);
     if (!r.ok || !body || body.error) throw new Error(body && body.error ? body.error : `HTTP ${r.status}`);
     render(body);

@@ -2,13 +2,15 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::snapshot::{Counts, Group, Groups, Number, Release, Repeat, Repeats, Snapshot};
+use crate::snapshot::{
+    Counts, Group, Groups, Number, QueueStats, Release, Repeat, Repeats, Shard, Snapshot,
+};
 
 /// A queue's release limit and hold: null from a module without
 /// ECHO.LIMITS, `{"error": ...}` when the server refused it; otherwise every
 /// field, those of the limit null for a schedule not in
 /// `echomq.release-limits`.
-fn release_json(c: &Counts, now_ms: i64) -> Value {
+fn release_json(c: &Counts, now_ms: i64, held_back: Option<i64>) -> Value {
     let r: &Release = match &c.release {
         None => return Value::Null,
         Some(Err(e)) => return json!({ "error": e }),
@@ -24,7 +26,7 @@ fn release_json(c: &Counts, now_ms: i64) -> Value {
         "available": l.map(|l| l.available),
         "held_until_ms": r.held_until_ms,
         "held_for_ms": r.held_for_ms(now_ms),
-        "held_back": r.held_back(c.due),
+        "held_back": held_back.unwrap_or_else(|| r.held_back(c.due)),
         "released": l.map(|l| l.released),
         "failures": l.map(|l| l.failures),
     })
@@ -102,25 +104,72 @@ fn repeats_json(c: &Counts, now_ms: i64) -> Value {
     })
 }
 
-pub fn queues_json(s: &Snapshot) -> Value {
+/// A queue's or a shard's figures after `head` (its name or tag), or its
+/// error.
+fn figures_json(
+    mut head: Map<String, Value>,
+    counts: &Result<Counts, String>,
+    now_ms: i64,
+    held_back: Option<i64>,
+) -> Map<String, Value> {
+    let c = match counts {
+        Ok(c) => c,
+        Err(e) => {
+            head.insert("error".into(), json!(e));
+            return head;
+        }
+    };
+    let fields = json!({
+        "scheduled": c.scheduled,
+        "due": c.due,
+        "pending": c.pending,
+        "in_flight": c.in_flight,
+        "dead": c.dead,
+        "spread": c.spread,
+        "release": release_json(c, now_ms, held_back),
+        "groups": groups_json(c, now_ms),
+        "repeats": repeats_json(c, now_ms),
+    });
+    if let Value::Object(fields) = fields {
+        head.extend(fields);
+    }
+    head
+}
+
+/// One shard: its tag, on a cluster the primary it was read on, its own
+/// figures.
+fn shard_json(sh: &Shard, now_ms: i64) -> Value {
+    let mut head = Map::new();
+    head.insert("tag".into(), json!(sh.tag));
+    if let Some(node) = &sh.node {
+        head.insert("node".into(), json!(node));
+    }
+    Value::Object(figures_json(head, &sh.counts, now_ms, None))
+}
+
+/// A queue: a single one as it always was; a sharded one with its shards'
+/// figures summed, `shards` its shard count, and with `per_shard` each
+/// shard's own figures in `per_shard` (bounded by the --sharded counts, but
+/// a spread per shard makes the reply N times larger, so only on request).
+fn queue_json(q: &QueueStats, now_ms: i64, per_shard: bool) -> Value {
+    let mut head = Map::new();
+    head.insert("name".into(), json!(q.name));
+    let mut out = figures_json(head, &q.counts, now_ms, crate::shards::held_back(q));
+    if !q.shards.is_empty() {
+        out.insert("shards".into(), json!(q.shards.len()));
+        if per_shard {
+            let list: Vec<Value> = q.shards.iter().map(|sh| shard_json(sh, now_ms)).collect();
+            out.insert("per_shard".into(), Value::Array(list));
+        }
+    }
+    Value::Object(out)
+}
+
+pub fn queues_json(s: &Snapshot, per_shard: bool) -> Value {
     let queues: Vec<Value> = s
         .queues
         .iter()
-        .map(|q| match &q.counts {
-            Ok(c) => json!({
-                "name": q.name,
-                "scheduled": c.scheduled,
-                "due": c.due,
-                "pending": c.pending,
-                "in_flight": c.in_flight,
-                "dead": c.dead,
-                "spread": c.spread,
-                "release": release_json(c, s.now_ms),
-                "groups": groups_json(c, s.now_ms),
-                "repeats": repeats_json(c, s.now_ms),
-            }),
-            Err(e) => json!({ "name": q.name, "error": e }),
-        })
+        .map(|q| queue_json(q, s.now_ms, per_shard))
         .collect();
     let info: Map<String, Value> = s
         .info
@@ -225,6 +274,7 @@ mod tests {
                             ],
                         })),
                     }),
+                    shards: Vec::new(),
                 },
                 QueueStats {
                     name: "free".into(),
@@ -242,6 +292,7 @@ mod tests {
                         groups: None,
                         repeats: None,
                     }),
+                    shards: Vec::new(),
                 },
                 QueueStats {
                     name: "old".into(),
@@ -256,10 +307,12 @@ mod tests {
                         groups: None,
                         repeats: Some(Err("NOPERM no".into())),
                     }),
+                    shards: Vec::new(),
                 },
                 QueueStats {
                     name: "b".into(),
                     counts: Err("WRONGTYPE x".into()),
+                    shards: Vec::new(),
                 },
             ],
             info: vec![
@@ -272,7 +325,7 @@ mod tests {
             nodes: Vec::new(),
         };
         assert_eq!(
-            queues_json(&s),
+            queues_json(&s, false),
             json!({
                 "now_ms": 1000,
                 "window": {"start_ms": 1000, "end_ms": 61000, "ms": 60000, "buckets": 3},
@@ -311,7 +364,7 @@ mod tests {
             error: Some("Connection refused".into()),
         }];
         assert_eq!(
-            queues_json(&s)["nodes"],
+            queues_json(&s, false)["nodes"],
             json!([{"addr": "10.0.0.1:7000", "queues": 2, "error": "Connection refused"}])
         );
     }

@@ -284,6 +284,29 @@ pub struct QueueStats {
     /// Err holds the server's error for this queue alone (e.g. WRONGTYPE), so
     /// one misconfigured queue does not blank the others.
     pub counts: Result<Counts, String>,
+    /// A sharded queue's shards, in shard order, each read as a queue of
+    /// its own; `counts` is then their figures summed or merged (see
+    /// shards.rs). Empty for a single queue.
+    pub shards: Vec<Shard>,
+}
+
+impl QueueStats {
+    pub fn single(name: String, counts: Result<Counts, String>) -> QueueStats {
+        QueueStats {
+            name,
+            counts,
+            shards: Vec::new(),
+        }
+    }
+}
+
+/// One shard of a sharded queue: a queue whose name is the shard's tag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shard {
+    pub tag: String,
+    /// On a cluster, the primary it was read on (`host:port`).
+    pub node: Option<String>,
+    pub counts: Result<Counts, String>,
 }
 
 /// An INFO value: the counters are integers, but a field a later module
@@ -994,7 +1017,7 @@ pub async fn read_queues(
                 rest = tail;
                 counts(&steps, mine, spread_buckets, now_ms)
             });
-            QueueStats { name, counts }
+            QueueStats::single(name, counts)
         })
         .collect();
     round_trips += more_group_pages(con, &keys, &mut queues, now_ms).await?;
@@ -1084,18 +1107,29 @@ pub fn window_at(now_ms: i64, window_ms: i64, buckets: u32) -> Window {
 pub async fn collect(
     con: &mut MultiplexedConnection,
     cli_queues: &[String],
+    sharded: &[(String, u32)],
     window_ms: i64,
     buckets: u32,
     with_spread: bool,
 ) -> Result<Snapshot, RedisError> {
     let f = first(con).await?;
-    let names = merge_queues(cli_queues, &f.queues);
+    let shown = crate::shards::layout(cli_queues, sharded, &f.queues);
     let window = window_at(f.now_ms, window_ms, buckets);
-    let r = read_queues(con, names, f.now_ms, &window, with_spread).await?;
+    // Every shard's tag in the one read: the round trips do not grow with
+    // the shards.
+    let r = read_queues(
+        con,
+        crate::shards::tags(&shown),
+        f.now_ms,
+        &window,
+        with_spread,
+    )
+    .await?;
+    let nodes = vec![None; r.queues.len()];
     Ok(Snapshot {
         now_ms: f.now_ms,
         window,
-        queues: r.queues,
+        queues: crate::shards::group(&shown, r.queues, nodes),
         info: r.info,
         maxmemory_policy: f.maxmemory_policy,
         round_trips: 1 + r.round_trips,

@@ -22,3 +22,4 @@ mod metrics;
 mod page;
 mod repeats;
 mod security;
+mod shards;
