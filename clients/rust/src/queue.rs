@@ -110,23 +110,7 @@ impl GroupInfo {
     /// One entry of an `ECHO.GROUPS` page: a map (RESP3) or a flat
     /// field/value array (RESP2).
     fn from_entry(entry: Value) -> RedisResult<GroupInfo> {
-        let pairs: Vec<(Value, Value)> = match entry {
-            Value::Map(pairs) => pairs,
-            Value::Array(flat) => {
-                let mut flat = flat.into_iter();
-                let mut pairs = Vec::new();
-                while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
-                    pairs.push((k, v));
-                }
-                pairs
-            }
-            other => {
-                return Err(client_error(
-                    "unexpected ECHO.GROUPS reply",
-                    format!("{other:?}"),
-                ))
-            }
-        };
+        let pairs = entry_pairs(entry, "unexpected ECHO.GROUPS reply")?;
         let mut info = GroupInfo {
             group: None,
             members: 0,
@@ -255,6 +239,24 @@ fn cluster_code(code: &str) -> bool {
 
 pub(crate) fn client_error(desc: &'static str, detail: String) -> RedisError {
     RedisError::from((ErrorKind::Client, desc, detail))
+}
+
+/// A record of `ECHO.GROUPS` or `ECHO.REPEATS` as (field, value) pairs: a
+/// map under RESP3, a flat array of fields and values under RESP2. `refused`
+/// names the reply for the error when it is neither.
+pub(crate) fn entry_pairs(entry: Value, refused: &'static str) -> RedisResult<Vec<(Value, Value)>> {
+    match entry {
+        Value::Map(pairs) => Ok(pairs),
+        Value::Array(flat) => {
+            let mut flat = flat.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
+                pairs.push((k, v));
+            }
+            Ok(pairs)
+        }
+        other => Err(client_error(refused, format!("{other:?}"))),
+    }
 }
 
 /// Where a queue's connections lead: one server (or a primary endpoint), or

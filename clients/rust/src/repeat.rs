@@ -6,7 +6,7 @@ use redis::{RedisResult, Value};
 
 use crate::envelope;
 use crate::protocol::{MAX_EVERY_MS, MAX_REPEAT_ID_BYTES, MIN_EVERY_MS};
-use crate::queue::{client_error, Queue};
+use crate::queue::{client_error, entry_pairs, Queue};
 
 /// How [`Queue::repeat`] schedules a recurring job's occurrences;
 /// `RepeatOptions::default()` is none of them: no jitter, UTC, unbounded.
@@ -52,23 +52,7 @@ impl Repeat {
     /// One `ECHO.REPEATS` entry: a map (RESP3) or a flat field/value array
     /// (RESP2).
     fn from_entry(entry: Value) -> RedisResult<Repeat> {
-        let pairs: Vec<(Value, Value)> = match entry {
-            Value::Map(pairs) => pairs,
-            Value::Array(flat) => {
-                let mut flat = flat.into_iter();
-                let mut pairs = Vec::new();
-                while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
-                    pairs.push((k, v));
-                }
-                pairs
-            }
-            other => {
-                return Err(client_error(
-                    "unexpected ECHO.REPEATS reply",
-                    format!("{other:?}"),
-                ))
-            }
-        };
+        let pairs = entry_pairs(entry, "unexpected ECHO.REPEATS reply")?;
         let mut repeat = Repeat {
             id: String::new(),
             spec: String::new(),
