@@ -20,7 +20,7 @@ cd "$repo"
 # here starts after these, in the order listed by cargo.
 longest=(clients/tests:clients web:web .:docs_sessions python clients/tests:failover node
   .:release .:cluster clients/tests:repeat redis:release clients/tests:on_cluster .:groups
-  .:repeat redis:repeat redis:groups .:auto_promote redis:auto_promote clients/rust:cluster)
+  .:repeat redis:repeat redis:groups .:auto_promote redis:auto_promote clients/rust:client)
 heavy=" clients/tests:clients web:web .:docs_sessions python node clients/tests:failover clients/tests:on_cluster clients/tests:repeat "
 
 declare -A line=()

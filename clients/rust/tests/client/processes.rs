@@ -3,7 +3,7 @@
 //! and a graceful SIGTERM. Also the `add` and `dead` commands of
 //! `crossworker`, which the cross-language tests rely on.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use common::{queue_name, wait_until, Server, LONG};
 use redis::Commands;
 
 /// target/<profile>/examples/crossworker, next to this test's directory
-/// (`cargo test` builds the examples; `--test processes` alone does not).
+/// (`cargo test` builds the examples; `--test client` alone does not).
 fn crossworker() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's path");
     let profile_dir = exe

@@ -3,7 +3,7 @@
 //! command of a queue reaches the primary of its slot, and a worker keeps
 //! its jobs through a failover of that primary. One cluster per test.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

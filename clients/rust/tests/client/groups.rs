@@ -3,7 +3,7 @@
 //! job keeps its group through a retry; a group the server would refuse is
 //! refused by the library with nothing written.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

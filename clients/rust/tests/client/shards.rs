@@ -3,7 +3,7 @@
 //! shards, the worker over every shard (each job once, fairness, the idle
 //! wait), holds, the split release limit and growing the layout.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! real server: payloads, delays, concurrency, retries and the dead set,
 //! and the hold a `RetryAfter` puts on a queue.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! a job removed and added again while its old entry is dropped. Each
 //! against a real server.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! `Queue::unrepeat` ends it. Arguments the server would refuse for their
 //! form are refused here, with nothing sent.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
